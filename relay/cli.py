@@ -1,0 +1,167 @@
+"""The ``relay`` command: migrate, status, dispatch, failed, purge-sent, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from relay.config import Settings
+from relay.exceptions import RelayError
+from relay.urls import redact
+
+log = logging.getLogger("relay")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="relay", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("migrate", help="create or upgrade the outbox table")
+    p.add_argument("--revision", default="head", help="target revision (default: head)")
+
+    p = sub.add_parser("status", help="rows per status, oldest pending age, failed count")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("dispatch", help="run the relay without Celery")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="drain once and exit")
+    mode.add_argument("--loop", action="store_true", help="drain until SIGTERM/SIGINT")
+
+    p = sub.add_parser("failed", help="inspect and recover dead-lettered events")
+    fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    fl = fsub.add_parser("list", help="list failed events, oldest first")
+    fl.add_argument("--limit", type=int, default=100)
+    fl.add_argument("--json", action="store_true")
+    for name, verb in (("retry", "put back to pending with fresh attempts"), ("purge", "delete")):
+        fp = fsub.add_parser(name, help=f"{verb} failed events")
+        target = fp.add_mutually_exclusive_group(required=True)
+        target.add_argument("ids", nargs="*", type=int, default=[], help="outbox ids")
+        target.add_argument("--all", action="store_true", help="every failed event")
+
+    p = sub.add_parser("purge-sent", help="delete sent rows older than a retention")
+    p.add_argument(
+        "--older-than",
+        type=parse_duration,
+        required=True,
+        metavar="DURATION",
+        help="e.g. 7d, 12h, 3600",
+    )
+    p.add_argument("--batch-size", type=int, default=1000)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.from_env()
+        return int(_COMMANDS[args.command](settings, args) or 0)
+    except RelayError as exc:
+        print(f"relay: {redact(str(exc))}", file=sys.stderr)
+        return 2 if exc.__class__.__name__ == "ConfigError" else 1
+
+
+def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import migrate
+
+    migrate.upgrade(settings.database_url, args.revision)
+    print(f"outbox schema at {args.revision} on {redact(settings.database_url)}")
+    return 0
+
+
+def _store(settings: Settings) -> Any:
+    from relay.store import Store
+
+    return Store.from_url(settings.database_url)
+
+
+def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    report = _store(settings).status().as_dict()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for status, count in report["counts"].items():
+        print(f"{status:<12}{count:>12}")
+    age = report["oldest_pending_age_seconds"]
+    print(f"{'oldest pending':<12} {'-' if age is None else f'{age:.1f}s':>11}")
+    print(f"{'expired leases':<12} {report['expired_leases']:>10}")
+    return 0
+
+
+def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
+    from relay.dispatcher import Dispatcher
+    from relay.publisher import KombuPublisher
+
+    publisher = KombuPublisher(
+        settings.events_connection_url,
+        settings.exchange,
+        confirm_timeout=settings.confirm_timeout_seconds,
+    )
+    dispatcher = Dispatcher(_store(settings), publisher, settings)
+    log.info("relay %s starting: %s", dispatcher.worker_id, settings.describe())
+    try:
+        if args.once:
+            report = dispatcher.drain(budget_seconds=float("inf"))
+        else:
+            stop = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            report = dispatcher.loop(stop)
+    finally:
+        publisher.close()
+    log.info("relay %s done: %s", dispatcher.worker_id, report)
+    return 0
+
+
+def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:
+    store = _store(settings)
+    if args.action == "list":
+        rows = store.list_failed(args.limit)
+        if args.json:
+            print(json.dumps(rows, indent=2, default=str))
+        for row in [] if args.json else rows:
+            fields = (row["id"], row["event_type"], f"attempt {row['attempt']}", row["last_error"])
+            print("\t".join(map(str, fields)))
+        return 0
+    ids = None if args.all else list(args.ids)
+    if args.action == "retry":
+        print(f"{store.retry_failed(ids)} failed events back to pending")
+    else:
+        print(f"{store.purge_failed(ids)} failed events deleted")
+    return 0
+
+
+def _cmd_purge_sent(settings: Settings, args: argparse.Namespace) -> int:
+    deleted = _store(settings).purge_sent(args.older_than, batch_size=args.batch_size)
+    print(f"{deleted} sent rows deleted")
+    return 0
+
+
+_COMMANDS = {
+    "migrate": _cmd_migrate,
+    "status": _cmd_status,
+    "dispatch": _cmd_dispatch,
+    "failed": _cmd_failed,
+    "purge-sent": _cmd_purge_sent,
+}

@@ -1,0 +1,143 @@
+"""Settings from the environment, validated once, passed in explicitly.
+
+No I/O beyond reading the mapping it is given; no third-party imports.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from relay.exceptions import ConfigError
+from relay.urls import redact
+
+DEFAULT_DATABASE_URL = "sqlite:///relay.sqlite3"
+DEFAULT_BROKER_URL = "sqla+sqlite:///relay-broker.sqlite3"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the relay needs to run; build with :meth:`from_env` or directly."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    broker_url: str = DEFAULT_BROKER_URL
+    #: None means "same as broker_url".
+    events_url: str | None = None
+    exchange: str = "outbox"
+    batch_size: int = 100
+    lease_seconds: float = 30.0
+    max_attempts: int = 10
+    backoff_base_seconds: float = 1.0
+    backoff_max_seconds: float = 300.0
+    tick_seconds: float = 1.0
+    confirm_timeout_seconds: float = 10.0
+    max_payload_bytes: int = 1_048_576
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
+        _check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
+        _check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
+        _check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
+        _check(
+            self.backoff_base_seconds > 0,
+            "RELAY_BACKOFF_BASE_SECONDS",
+            self.backoff_base_seconds,
+            "must be > 0",
+        )
+        _check(
+            self.backoff_max_seconds >= self.backoff_base_seconds,
+            "RELAY_BACKOFF_MAX_SECONDS",
+            self.backoff_max_seconds,
+            "must be >= RELAY_BACKOFF_BASE_SECONDS",
+        )
+        _check(self.tick_seconds > 0, "RELAY_TICK_SECONDS", self.tick_seconds, "must be > 0")
+        _check(
+            0 < self.confirm_timeout_seconds < self.lease_seconds,
+            "RELAY_CONFIRM_TIMEOUT_SECONDS",
+            self.confirm_timeout_seconds,
+            "must be > 0 and below RELAY_LEASE_SECONDS",
+        )
+        _check(
+            self.max_payload_bytes >= 1,
+            "RELAY_MAX_PAYLOAD_BYTES",
+            self.max_payload_bytes,
+            "must be >= 1",
+        )
+        _check(bool(self.exchange.strip()), "RELAY_EXCHANGE", self.exchange, "must not be empty")
+        for name, url in (
+            ("RELAY_DATABASE_URL", self.database_url),
+            ("RELAY_BROKER_URL", self.broker_url),
+            ("RELAY_EVENTS_URL", self.events_url),
+        ):
+            if url is not None:
+                _check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
+
+    @property
+    def events_connection_url(self) -> str:
+        """The Kombu URL events are published to."""
+        return self.events_url or self.broker_url
+
+    @property
+    def drain_budget_seconds(self) -> float:
+        """How long one ``claim_and_dispatch`` may keep draining: well inside one lease."""
+        return self.lease_seconds * 0.5
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the ``RELAY_*`` variables; unset or empty ones keep their defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            var = "RELAY_" + f.name.upper()
+            raw = env.get(var, "").strip()
+            if not raw:
+                continue
+            parse = _PARSERS[f.type if isinstance(f.type, str) else f.type.__name__]
+            values[f.name] = _parse(var, raw, parse)
+        return cls(**values)
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as a dict with every secret in URLs redacted: safe to log."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = redact(value) if isinstance(value, str) else value
+        return out
+
+
+def _check(ok: bool, var: str, value: object, problem: str) -> None:
+    if not ok:
+        raise ConfigError(f"{var}={value!r} {problem}")
+
+
+def _parse_int(raw: str) -> int:
+    return int(raw, 10)
+
+
+def _parse_float(raw: str) -> float:
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
+def _parse(var: str, raw: str, parse: Callable[[str], T]) -> T:
+    try:
+        return parse(raw)
+    except ValueError:
+        kinds: dict[object, str] = {_parse_int: "an integer", _parse_float: "a finite number"}
+        kind = kinds.get(parse, "valid")
+        raise ConfigError(f"{var}={redact(raw)!r} is not {kind}") from None
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "str | None": str,
+    "int": _parse_int,
+    "float": _parse_float,
+}

@@ -1,0 +1,20 @@
+"""One module per database; :func:`for_name` picks the one for an engine's dialect name."""
+
+from __future__ import annotations
+
+from relay.dialects.base import Dialect
+from relay.exceptions import ConfigError
+
+
+def for_name(name: str) -> Dialect:
+    """The relay dialect for a SQLAlchemy dialect name (``engine.dialect.name``)."""
+    if name == "postgresql":
+        from relay.dialects.postgresql import PostgresDialect
+
+        return PostgresDialect()
+    raise ConfigError(
+        f"RELAY_DATABASE_URL: database {name!r} is not supported (use postgresql, mysql or sqlite)"
+    )
+
+
+__all__ = ["Dialect", "for_name"]

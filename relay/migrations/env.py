@@ -1,0 +1,56 @@
+"""Alembic environment for the relay's own chain; its version table is ``relay_alembic_version``
+so it never collides with the application's own Alembic history in the same database."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from relay.schema import metadata
+from relay.store import create_engine
+
+VERSION_TABLE = "relay_alembic_version"
+
+config = context.config
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url"),
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        literal_binds=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    with engine.connect() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        include_object=lambda obj, name, type_, reflected, compare_to: (
+            type_ != "table" or name == "outbox"
+        ),
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

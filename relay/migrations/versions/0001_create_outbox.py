@@ -1,0 +1,73 @@
+"""Create the outbox table.
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+UNFINISHED = "status IN ('pending', 'processing')"
+ORDERED_UNSENT = "ordering_key IS NOT NULL AND status <> 'sent'"
+
+
+def upgrade() -> None:
+    json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+    ts = sa.DateTime(timezone=True)
+    op.create_table(
+        "outbox",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("event_type", sa.String(255), nullable=False),
+        sa.Column("payload", json, nullable=False),
+        sa.Column("headers", json, nullable=True),
+        sa.Column("ordering_key", sa.String(255), nullable=True),
+        sa.Column("status", sa.String(16), nullable=False, server_default="pending"),
+        sa.Column("attempt", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("next_retry_at", ts, nullable=True),
+        sa.Column("locked_by", sa.String(255), nullable=True),
+        sa.Column("locked_until", ts, nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("created_at", ts, nullable=False, server_default=sa.func.now()),
+        sa.Column("updated_at", ts, nullable=False, server_default=sa.func.now()),
+        sa.Column("sent_at", ts, nullable=True),
+        sa.CheckConstraint(
+            "status IN ('pending', 'processing', 'sent', 'failed')", name="ck_outbox_status"
+        ),
+        sa.CheckConstraint("attempt >= 0", name="ck_outbox_attempt"),
+        sa.PrimaryKeyConstraint("id", name="pk_outbox"),
+        sqlite_autoincrement=True,
+    )
+    op.create_index(
+        "ix_outbox_claimable",
+        "outbox",
+        ["id"],
+        postgresql_where=sa.text(UNFINISHED),
+        sqlite_where=sa.text(UNFINISHED),
+    )
+    op.create_index(
+        "ix_outbox_ordering",
+        "outbox",
+        ["ordering_key", "id"],
+        postgresql_where=sa.text(ORDERED_UNSENT),
+        sqlite_where=sa.text(ORDERED_UNSENT),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_outbox_ordering", table_name="outbox")
+    op.drop_index("ix_outbox_claimable", table_name="outbox")
+    op.drop_table("outbox")

@@ -1,0 +1,85 @@
+"""Pure decisions: backoff, the next state after an attempt, the broker circuit breaker.
+
+Time and randomness are passed in; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from relay.records import Buried, ClaimedEvent, Rescheduled
+
+
+def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
+    """Full-jitter exponential backoff for the retry after failed ``attempt`` (1-based).
+
+    Uniform in ``[0, min(cap, base * 2**(attempt-1))]``; the exponent is clamped so a large
+    attempt number cannot overflow.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    exponent = min(attempt - 1, 1023)
+    try:
+        ceiling = min(cap, base * math.ldexp(1.0, exponent))
+    except OverflowError:
+        ceiling = cap
+    return rng.uniform(0.0, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How failed attempts are retried: built from Settings, used by the dispatcher."""
+
+    max_attempts: int
+    base_seconds: float
+    cap_seconds: float
+
+    def after_failure(
+        self, event: ClaimedEvent, error: str, rng: random.Random
+    ) -> Rescheduled | Buried:
+        """The outcome of a failed attempt: reschedule with backoff, or bury on the last."""
+        if event.attempt >= self.max_attempts:
+            return Buried(event, error)
+        delay = backoff_seconds(
+            event.attempt, base=self.base_seconds, cap=self.cap_seconds, rng=rng
+        )
+        return Rescheduled(event, delay, error)
+
+
+@dataclass(slots=True)
+class CircuitBreaker:
+    """Backs the whole relay off while the broker is unreachable.
+
+    A connection-level failure is not the events' fault: their attempts are given back and
+    nothing is claimed until the breaker's delay has passed. The delay doubles with each
+    consecutive failure, capped; one success closes the breaker. ``now`` is a monotonic reading
+    the caller passes in.
+    """
+
+    base_seconds: float
+    cap_seconds: float
+    failures: int = 0
+    open_until: float = 0.0
+
+    def allows(self, now: float) -> bool:
+        """Whether a claim may be attempted now."""
+        return now >= self.open_until
+
+    def record_failure(self, now: float) -> float:
+        """Open (or keep open) the breaker; returns how long it stays open."""
+        self.failures += 1
+        exponent = min(self.failures - 1, 60)
+        delay = min(self.cap_seconds, self.base_seconds * (2.0**exponent))
+        self.open_until = now + delay
+        return delay
+
+    def record_success(self) -> None:
+        """Close the breaker."""
+        self.failures = 0
+        self.open_until = 0.0
+
+    def remaining(self, now: float) -> float:
+        """Seconds until a claim may be attempted again (0 when closed)."""
+        return max(0.0, self.open_until - now)

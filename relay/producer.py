@@ -1,0 +1,211 @@
+"""``enqueue()``: application code writes an event in its own transaction.
+
+Every check runs before the INSERT, so a bad event raises :class:`~relay.exceptions.EventError`
+(naming the field) inside the caller's transaction and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, event
+from sqlalchemy.orm import Session
+
+from relay import dialects
+from relay.exceptions import EventError
+from relay.message import RESERVED_HEADERS, encode_body
+from relay.schema import outbox
+
+MAX_NAME_BYTES = 255  # an AMQP routing key is a shortstr: at most 255 bytes
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+
+#: Called once after a transaction that enqueued events commits (see :func:`on_commit`).
+WakeUp = Callable[[], None]
+_WAKE_KEY = "relay_wake_pending"
+
+
+class Producer:
+    """Validates and writes events; ``relay.enqueue`` is the default instance's method."""
+
+    def __init__(
+        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, wake: WakeUp | None = None
+    ) -> None:
+        self.max_payload_bytes = max_payload_bytes
+        self.wake = wake
+
+    def enqueue(
+        self,
+        session_or_connection: Session | Connection,
+        event_type: str,
+        payload: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        delay: timedelta | float | None = None,
+    ) -> int:
+        """Write one event in the caller's transaction and return its outbox id."""
+        values: dict[str, Any] = {
+            "event_type": _name("event_type", event_type),
+            "payload": self._payload(payload),
+            "headers": _headers(headers),
+            "ordering_key": None if ordering_key is None else _name("ordering_key", ordering_key),
+        }
+        seconds = _delay(delay)
+        conn = _connection(session_or_connection)
+        if seconds:
+            values["next_retry_at"] = dialects.for_name(conn.dialect.name).now_plus(
+                sa.literal(seconds, sa.Float)
+            )
+        result = conn.execute(sa.insert(outbox).values(**values))
+        primary_key = result.inserted_primary_key
+        assert primary_key is not None  # a single-row INSERT always reports its key
+        new_id: int = primary_key[0]
+        if self.wake is not None:
+            _arm_wake(session_or_connection, self.wake)
+        return int(new_id)
+
+    def _payload(self, payload: Any) -> Any:
+        try:
+            size = len(encode_body(payload))
+        except (TypeError, ValueError) as exc:
+            raise EventError("payload", f"is not JSON-serializable: {exc}") from None
+        if size > self.max_payload_bytes:
+            raise EventError(
+                "payload", f"is {size} bytes as JSON, over the cap of {self.max_payload_bytes}"
+            )
+        return payload
+
+
+def _name(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise EventError(field, f"must be a str, not {type(value).__name__}")
+    if not value:
+        raise EventError(field, "must not be empty")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise EventError(field, f"is {size} bytes in UTF-8, over the limit of {MAX_NAME_BYTES}")
+    if "\x00" in value:
+        raise EventError(field, "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EventError(field, "is not valid Unicode (lone surrogate)") from None
+    return value
+
+
+def _headers(headers: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise EventError("headers", f"must be a mapping, not {type(headers).__name__}")
+    for key in headers:
+        if not isinstance(key, str) or not key:
+            raise EventError("headers", f"keys must be non-empty str, got {key!r}")
+        if key in RESERVED_HEADERS:
+            raise EventError("headers", f"key {key!r} is reserved for the relay")
+    try:
+        json.dumps(dict(headers), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise EventError("headers", f"are not JSON-serializable: {exc}") from None
+    return dict(headers)
+
+
+def _delay(delay: timedelta | float | None) -> float:
+    if delay is None:
+        return 0.0
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise EventError("delay", f"must be a timedelta or seconds, not {type(delay).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise EventError("delay", f"must be a finite, non-negative duration, got {delay!r}")
+    return seconds
+
+
+def _connection(target: Session | Connection) -> Connection:
+    if isinstance(target, Session):
+        return target.connection()
+    if isinstance(target, Connection):
+        if not target.in_transaction():
+            raise EventError(
+                "session_or_connection",
+                "has no transaction open: enqueue must run inside the business transaction",
+            )
+        return target
+    raise EventError(
+        "session_or_connection",
+        f"must be a SQLAlchemy Session or Connection, not {type(target).__name__}",
+    )
+
+
+def _arm_wake(target: Session | Connection, wake: WakeUp) -> None:
+    """Call ``wake`` once after the transaction commits, however many events it wrote."""
+    if target.info.get(_WAKE_KEY):
+        return
+    target.info[_WAKE_KEY] = True
+    # Session fires after the commit; a bare Connection only offers the moment of commit.
+    on_commit, on_rollback = (
+        ("after_commit", "after_rollback")
+        if isinstance(target, Session)
+        else ("commit", "rollback")
+    )
+
+    def disarm() -> None:
+        target.info.pop(_WAKE_KEY, None)
+        event.remove(target, on_commit, fire)
+        event.remove(target, on_rollback, forget)
+
+    def fire(*_: Any) -> None:
+        disarm()
+        wake()
+
+    def forget(*_: Any) -> None:
+        disarm()
+
+    event.listen(target, on_commit, fire)
+    event.listen(target, on_rollback, forget)
+
+
+_default = Producer()
+
+
+def enqueue(
+    session_or_connection: Session | Connection,
+    event_type: str,
+    payload: Any,
+    *,
+    headers: Mapping[str, Any] | None = None,
+    ordering_key: str | None = None,
+    delay: timedelta | float | None = None,
+) -> int:
+    """Write one event into the outbox in the caller's transaction; returns its id.
+
+    A rollback of that transaction leaves no event. Bad input raises ``EventError`` naming the
+    field, before anything is written.
+    """
+    return _default.enqueue(
+        session_or_connection,
+        event_type,
+        payload,
+        headers=headers,
+        ordering_key=ordering_key,
+        delay=delay,
+    )
+
+
+def configure(*, max_payload_bytes: int | None = None, wake: WakeUp | None = None) -> Producer:
+    """Set the payload cap and the after-commit wake-up of :func:`enqueue`; returns it."""
+    if max_payload_bytes is not None:
+        if max_payload_bytes < 1:
+            raise EventError("max_payload_bytes", "must be >= 1")
+        _default.max_payload_bytes = max_payload_bytes
+    if wake is not None:
+        _default.wake = wake
+    return _default

@@ -1,0 +1,246 @@
+"""Kombu publishing with broker confirmation; the only module that talks to the events broker.
+
+On RabbitMQ (py-amqp) the channel is put in confirm mode and a whole batch is published before
+its confirms are awaited; ``mandatory`` turns an unroutable message into a ``basic.return``.
+Other Kombu transports (Redis, in-memory) have no confirms: a publish that returned without
+error is the confirmation, and routability is checked against the exchange's bindings.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import kombu
+
+from relay import message
+from relay.records import ClaimedEvent
+from relay.urls import redact
+
+log = logging.getLogger(__name__)
+
+_AMQP_TRANSPORTS = frozenset({"amqp", "pyamqp", "amqps"})
+
+
+@dataclass(slots=True)
+class PublishResult:
+    """What the broker said about each event of a batch."""
+
+    #: The broker confirmed these: they may be marked sent.
+    confirmed: list[ClaimedEvent] = field(default_factory=list)
+    #: Refused (nack, unroutable, confirm timeout): the attempt failed, with the reason.
+    rejected: list[tuple[ClaimedEvent, str]] = field(default_factory=list)
+    #: The broker could not be reached: not the events' fault, their attempt is given back.
+    unavailable: list[ClaimedEvent] = field(default_factory=list)
+    #: Why the broker was unavailable.
+    error: str | None = None
+
+
+class Publisher(Protocol):
+    """Publishes a batch and reports, per event, what the broker confirmed."""
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult: ...
+
+    def close(self) -> None: ...
+
+
+class _ConnectionLost(Exception):
+    """Internal: the connection or channel broke during a batch."""
+
+
+class KombuPublisher:
+    """Publishes to a durable topic exchange over one long-lived Kombu connection."""
+
+    def __init__(self, url: str, exchange: str, *, confirm_timeout: float = 10.0) -> None:
+        self.url = url
+        self.exchange = kombu.Exchange(exchange, type="topic", durable=True)
+        self.confirm_timeout = confirm_timeout
+        self._conn: kombu.Connection | None = None
+        self._channel: Any = None
+        self._next_tag = 1
+        self._pending: dict[int, ClaimedEvent] = {}
+        self._acked: list[ClaimedEvent] = []
+        self._nacked: list[ClaimedEvent] = []
+        self._returned: dict[str, str] = {}
+
+    # -- connection ------------------------------------------------------------------------
+    @property
+    def is_amqp(self) -> bool:
+        return kombu.Connection(self.url).transport_cls in _AMQP_TRANSPORTS
+
+    def _connect(self) -> None:
+        conn = kombu.Connection(self.url, connect_timeout=self.confirm_timeout)
+        try:
+            conn.ensure_connection(max_retries=1)
+            channel: Any = conn.channel()
+            self.exchange(channel).declare()
+            if conn.transport_cls in _AMQP_TRANSPORTS:
+                channel.confirm_select()
+                channel.events["basic_ack"].add(self._on_ack)
+                channel.events["basic_nack"].add(self._on_nack)
+                channel.events["basic_return"].add(self._on_return)
+        except Exception:
+            _close_quietly(conn)
+            raise
+        self._conn, self._channel, self._next_tag = conn, channel, 1
+
+    def close(self) -> None:
+        """Close the connection; the next publish reconnects."""
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None:
+            _close_quietly(conn)
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        conn = self._conn or kombu.Connection(self.url)
+        return (*conn.connection_errors, *conn.channel_errors, OSError)
+
+    # -- publishing ------------------------------------------------------------------------
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        """Publish ``events`` and wait for the broker's verdict on each."""
+        result = PublishResult()
+        todo = list(events)
+        for round_ in (1, 2):
+            if not todo:
+                break
+            try:
+                if self._conn is None:
+                    self._connect()
+                self._publish_batch(todo, result)
+                todo = []
+            except self._errors() as exc:
+                self.close()
+                result.error = f"broker unavailable: {_describe(exc)}"
+                done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
+                todo = [e for e in todo if e.id not in done]
+                if round_ == 1:
+                    log.warning("%s; reconnecting once for %d events", result.error, len(todo))
+        result.unavailable.extend(todo)
+        if not result.unavailable:
+            result.error = None
+        return result
+
+    def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        assert self._conn is not None
+        if self._conn.transport_cls in _AMQP_TRANSPORTS:
+            self._publish_confirmed(events, result)
+        else:
+            self._publish_plain(events, result)
+
+    def _publish_confirmed(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        channel, conn = self._channel, self._conn
+        assert conn is not None
+        self._pending.clear()
+        self._acked, self._nacked, self._returned = [], [], {}
+        for event in events:
+            msg = message.build(event)
+            amqp_msg = channel.prepare_message(
+                msg.body,
+                content_type=message.CONTENT_TYPE,
+                content_encoding=message.CONTENT_ENCODING,
+                headers=msg.headers,
+                properties={"delivery_mode": message.PERSISTENT, "message_id": msg.message_id},
+            )
+            channel.basic_publish(
+                amqp_msg, exchange=self.exchange.name, routing_key=msg.routing_key, mandatory=True
+            )
+            self._pending[self._next_tag] = event
+            self._next_tag += 1
+        deadline = time.monotonic() + self.confirm_timeout
+        try:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    conn.drain_events(timeout=min(remaining, 1.0))
+                except TimeoutError:
+                    continue
+        finally:
+            self._collect(result)
+        if self._pending:
+            reason = f"no broker confirm within {self.confirm_timeout:g}s"
+            result.rejected.extend((e, reason) for e in self._pending.values())
+            self._pending.clear()
+            # A late confirm must not be credited to a later batch: start a fresh channel.
+            self.close()
+
+    def _collect(self, result: PublishResult) -> None:
+        for event in self._acked:
+            reason = self._returned.get(str(event.id))
+            if reason is None:
+                result.confirmed.append(event)
+            else:
+                result.rejected.append((event, reason))
+        result.rejected.extend((e, "broker refused the message (basic.nack)") for e in self._nacked)
+        self._acked, self._nacked = [], []
+
+    def _settle(self, delivery_tag: int, multiple: bool, into: list[ClaimedEvent]) -> None:
+        tags = [t for t in self._pending if t <= delivery_tag] if multiple else [delivery_tag]
+        for tag in tags:
+            event = self._pending.pop(tag, None)
+            if event is not None:
+                into.append(event)
+
+    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        self._settle(delivery_tag, multiple, self._acked)
+
+    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
+        self._settle(delivery_tag, multiple, self._nacked)
+
+    def _on_return(self, exc: Exception, exchange: str, routing_key: str, msg: Any) -> None:
+        message_id = str(msg.properties.get("message_id"))
+        self._returned[message_id] = (
+            f"unroutable: no queue bound to routing key {routing_key!r} on exchange {exchange!r}"
+            f" ({exc})"
+        )
+
+    def _publish_plain(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        channel = self._channel
+        producer = kombu.Producer(channel, exchange=self.exchange, auto_declare=False)
+        table = channel.get_table(self.exchange.name)
+        kind = channel.typeof(self.exchange.name)
+        routable: dict[str, bool] = {}
+        for event in events:
+            msg = message.build(event)
+            if msg.routing_key not in routable:
+                queues = kind.lookup(table, self.exchange.name, msg.routing_key, None)
+                routable[msg.routing_key] = bool(queues)
+            if not routable[msg.routing_key]:
+                result.rejected.append(
+                    (
+                        event,
+                        f"unroutable: no queue bound to routing key "
+                        f"{msg.routing_key!r} on exchange "
+                        f"{self.exchange.name!r}",
+                    )
+                )
+                continue
+            producer.publish(
+                msg.body,
+                routing_key=msg.routing_key,
+                content_type=message.CONTENT_TYPE,
+                content_encoding=message.CONTENT_ENCODING,
+                headers=msg.headers,
+                delivery_mode=message.PERSISTENT,
+                message_id=msg.message_id,
+                retry=False,
+            )
+            result.confirmed.append(event)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return redact(f"{type(exc).__name__}: {text}")
+
+
+def _close_quietly(conn: kombu.Connection) -> None:
+    try:
+        conn.release()
+    except Exception as exc:
+        log.debug("closing broker connection: %s", _describe(exc))
+
+
+__all__ = ["KombuPublisher", "PublishResult", "Publisher"]

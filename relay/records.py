@@ -1,0 +1,87 @@
+"""Value objects shared by every layer; no I/O, no third-party imports."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    """Where an outbox row is in its life (DESIGN.md §2)."""
+
+    #: Waiting to be claimed, once ``next_retry_at`` has passed.
+    PENDING = "pending"
+    #: Claimed by ``locked_by`` until ``locked_until``; reclaimable once that has passed.
+    PROCESSING = "processing"
+    #: The broker confirmed the message. Terminal until retention deletes it.
+    SENT = "sent"
+    #: Dead letter: the last attempt failed. Held until an operator retries or purges it.
+    FAILED = "failed"
+
+
+UNFINISHED = (Status.PENDING, Status.PROCESSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedEvent:
+    """One row a worker holds a lease on, with everything needed to publish it."""
+
+    id: int
+    event_type: str
+    payload: Any
+    headers: Mapping[str, Any] | None
+    ordering_key: str | None
+    #: The attempt this claim is: 1 for the first. Part of the completion fence.
+    attempt: int
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ClaimedEvent:
+        """Build from a mapping with the ``outbox`` column names."""
+        return cls(
+            id=int(row["id"]),
+            event_type=row["event_type"],
+            payload=row["payload"],
+            headers=row["headers"],
+            ordering_key=row["ordering_key"],
+            attempt=int(row["attempt"]),
+            created_at=row["created_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Rescheduled:
+    """A failed attempt with attempts left: back to pending after ``delay_seconds``."""
+
+    event: ClaimedEvent
+    delay_seconds: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Buried:
+    """A failed last attempt: the row becomes ``failed`` (dead letter)."""
+
+    event: ClaimedEvent
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """What ``relay status`` prints."""
+
+    counts: Mapping[str, int]
+    oldest_pending_age_seconds: float | None
+    #: Rows in ``processing`` whose lease has expired: a crashed or stalled worker's.
+    expired_leases: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "counts": {s.value: int(self.counts.get(s.value, 0)) for s in Status},
+            "oldest_pending_age_seconds": self.oldest_pending_age_seconds,
+            "failed": int(self.counts.get(Status.FAILED.value, 0)),
+            "expired_leases": self.expired_leases,
+        }

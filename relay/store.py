@@ -1,0 +1,239 @@
+"""The outbox database: owns every transaction, speaks in domain verbs, wraps DB errors.
+
+The dispatcher and the CLI never see a SQL statement; the statements live in ``relay.dialects``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy import exc as sa_exc
+
+from relay import dialects
+from relay.exceptions import DatabaseUnavailable, StoreError
+from relay.records import Buried, ClaimedEvent, Rescheduled, StatusReport
+from relay.urls import redact
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_DRIVERS = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+
+
+def normalize_url(url: str) -> str:
+    """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
+
+
+def create_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for the outbox database, tuned per dialect (pre-ping; SQLite WAL)."""
+    url = normalize_url(url)
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        options["connect_args"] = {"timeout": 30}
+    options.update(kwargs)
+    try:
+        engine = sa.create_engine(url, **options)
+    except (sa_exc.ArgumentError, ImportError) as exc:
+        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """How many rows each outcome statement changed; ``lost`` rows were fenced out."""
+
+    sent: int
+    rescheduled: int
+    buried: int
+    lost: int
+
+
+class Store:
+    """Domain verbs over the ``outbox`` table of one database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = dialects.for_name(engine.dialect.name)
+
+    @classmethod
+    def from_url(cls, url: str, **engine_kwargs: Any) -> Store:
+        return cls(create_engine(url, **engine_kwargs))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with _translate_errors(), self.engine.begin() as conn:
+            yield conn
+
+    # -- the dispatch cycle ----------------------------------------------------------------
+    def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
+        """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit."""
+        with self._tx() as conn:
+            rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
+        return sorted((ClaimedEvent.from_row(dict(r)) for r in rows), key=lambda e: e.id)
+
+    def complete(
+        self,
+        worker: str,
+        *,
+        sent: Sequence[ClaimedEvent] = (),
+        rescheduled: Sequence[Rescheduled] = (),
+        buried: Sequence[Buried] = (),
+    ) -> Completed:
+        """Record a batch's outcomes in one transaction, one fenced statement per kind."""
+        n_sent = n_resched = n_buried = 0
+        with self._tx() as conn:
+            if sent:
+                stmt = self.dialect.mark_sent(worker)
+                n_sent = conn.execute(stmt, {"keys": _keys(sent)}).rowcount
+            if rescheduled:
+                n_resched = _executemany(
+                    conn,
+                    self.dialect.reschedule(),
+                    [
+                        {
+                            "b_id": r.event.id,
+                            "b_attempt": r.event.attempt,
+                            "b_worker": worker,
+                            "b_delay": r.delay_seconds,
+                            "b_error": r.error,
+                        }
+                        for r in rescheduled
+                    ],
+                )
+            if buried:
+                n_buried = _executemany(
+                    conn,
+                    self.dialect.bury(),
+                    [
+                        {
+                            "b_id": b.event.id,
+                            "b_attempt": b.event.attempt,
+                            "b_worker": worker,
+                            "b_error": b.error,
+                        }
+                        for b in buried
+                    ],
+                )
+        expected = len(sent) + len(rescheduled) + len(buried)
+        return Completed(n_sent, n_resched, n_buried, expected - n_sent - n_resched - n_buried)
+
+    def mark_sent(self, worker: str, events: Sequence[ClaimedEvent]) -> int:
+        """Record confirmed rows as sent; returns how many this worker still held."""
+        return self.complete(worker, sent=events).sent
+
+    def reschedule(self, worker: str, items: Sequence[Rescheduled]) -> int:
+        """Send failed rows back to pending after their backoff."""
+        return self.complete(worker, rescheduled=items).rescheduled
+
+    def bury(self, worker: str, items: Sequence[Buried]) -> int:
+        """Dead-letter rows whose last attempt failed."""
+        return self.complete(worker, buried=items).buried
+
+    def release(
+        self, worker: str, events: Sequence[ClaimedEvent], delay_seconds: float, error: str
+    ) -> int:
+        """Give rows back without spending their attempt, claimable after ``delay_seconds``."""
+        if not events:
+            return 0
+        with self._tx() as conn:
+            params = {"keys": _keys(events), "delay": delay_seconds, "error": error}
+            return conn.execute(self.dialect.release(worker), params).rowcount
+
+    def renew(self, worker: str, events: Sequence[ClaimedEvent], lease_seconds: float) -> int:
+        """Extend the lease on rows ``worker`` still holds; returns how many it still holds."""
+        if not events:
+            return 0
+        with self._tx() as conn:
+            params = {"keys": _keys(events), "lease_seconds": lease_seconds}
+            return conn.execute(self.dialect.renew(worker), params).rowcount
+
+    # -- operations ------------------------------------------------------------------------
+    def status(self) -> StatusReport:
+        """Rows per status, age of the oldest pending row, expired leases."""
+        with self._tx() as conn:
+            counts = {str(s): int(n) for s, n in conn.execute(self.dialect.count_by_status())}
+            age = conn.execute(self.dialect.oldest_pending_age()).scalar()
+            expired = int(conn.execute(self.dialect.expired_leases()).scalar() or 0)
+        return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+
+    def list_failed(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead-lettered rows, oldest first."""
+        with self._tx() as conn:
+            return [dict(r) for r in conn.execute(self.dialect.list_failed(limit)).mappings()]
+
+    def retry_failed(self, ids: Sequence[int] | None = None) -> int:
+        """Put failed rows (all, or ``ids``) back to pending with their attempts reset."""
+        with self._tx() as conn:
+            return conn.execute(self.dialect.retry_failed(ids)).rowcount
+
+    def purge_failed(self, ids: Sequence[int] | None = None) -> int:
+        """Delete failed rows (all, or ``ids``)."""
+        with self._tx() as conn:
+            return conn.execute(self.dialect.purge_failed(ids)).rowcount
+
+    def purge_sent(
+        self, older_than_seconds: float, batch_size: int = 1000, max_batches: int | None = None
+    ) -> int:
+        """Delete sent rows older than the retention in short transactions of ``batch_size``."""
+        total = batches = 0
+        while max_batches is None or batches < max_batches:
+            with self._tx() as conn:
+                n = conn.execute(self.dialect.purge_sent(older_than_seconds, batch_size)).rowcount
+            total += n
+            batches += 1
+            if n < batch_size:
+                break
+        return total
+
+
+def _keys(events: Sequence[ClaimedEvent]) -> list[tuple[int, int]]:
+    return [(e.id, e.attempt) for e in events]
+
+
+def _executemany(conn: Connection, stmt: sa.Update, params: list[dict[str, Any]]) -> int:
+    # executemany's rowcount is not summed by every driver; one execute per row is exact and
+    # this path (failed publishes) is rare.
+    if len(params) == 1:
+        return conn.execute(stmt, params[0]).rowcount
+    return sum(conn.execute(stmt, p).rowcount for p in params)
+
+
+@contextlib.contextmanager
+def _translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
+        raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
+    except sa_exc.SQLAlchemyError as exc:
+        raise StoreError(f"database error: {_describe(exc)}") from exc
+
+
+def _describe(exc: sa_exc.SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return redact(f"{type(orig or exc).__name__}: {text[0] if text else ''}")

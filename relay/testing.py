@@ -1,0 +1,55 @@
+"""Test doubles shipped with the package: an in-memory publisher that records and can fail."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from relay import message
+from relay.message import OutgoingMessage
+from relay.publisher import PublishResult
+from relay.records import ClaimedEvent
+
+
+@dataclass
+class InMemoryPublisher:
+    """Records every message it "publishes"; can be told to fail.
+
+    ``reject_times``: the next N events are refused (a failed attempt, like a nack).
+    ``unroutable``: event types always refused as unroutable.
+    ``unavailable_times``: the next N batches find the broker unreachable.
+    """
+
+    reject_times: int = 0
+    unroutable: set[str] = field(default_factory=set)
+    unavailable_times: int = 0
+    messages: list[OutgoingMessage] = field(default_factory=list)
+    batches: int = 0
+    closed: bool = False
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        self.batches += 1
+        result = PublishResult()
+        if self.unavailable_times > 0:
+            self.unavailable_times -= 1
+            result.unavailable.extend(events)
+            result.error = "broker unavailable: simulated outage"
+            return result
+        for event in events:
+            if event.event_type in self.unroutable:
+                result.rejected.append((event, f"unroutable: {event.event_type!r}"))
+            elif self.reject_times > 0:
+                self.reject_times -= 1
+                result.rejected.append((event, "simulated nack"))
+            else:
+                self.messages.append(message.build(event))
+                result.confirmed.append(event)
+        return result
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def ids(self) -> list[int]:
+        """Outbox ids of the published messages, in publish order."""
+        return [m.outbox_id for m in self.messages]
