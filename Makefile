@@ -1,0 +1,41 @@
+# Habits: `make demo`, `make test`, `make lint`, `make bench`. Every target sets itself up.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test test-quick lint format bench bench-quick clean
+
+$(BIN)/relay: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	touch $(BIN)/relay
+
+setup: $(BIN)/relay
+
+demo: setup
+	$(BIN)/relay demo
+
+test: setup
+	$(BIN)/pytest
+
+test-quick: setup
+	$(BIN)/pytest -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: setup
+	$(BIN)/python -m bench
+
+bench-quick: setup
+	$(BIN)/python -m bench --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker*

@@ -1,0 +1,140 @@
+"""The leased claim against real databases: exactly-once claims, reclaim, fencing, ordering."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from relay.records import Rescheduled
+from relay.store import Store, create_engine
+from tests.support.rows import count_by_status, enqueue_many, expire_leases, rows
+
+
+def _claimer(url: str, worker: str, batch: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    store = Store(create_engine(url))
+    claimed: list[int] = []
+    empty = 0
+    while empty < 3:
+        events = store.claim(worker, batch, lease_seconds=300)
+        if not events:
+            empty += 1
+            time.sleep(0.02)
+            continue
+        empty = 0
+        claimed.extend(e.id for e in events)
+        store.mark_sent(worker, events)
+    store.dispose()
+    out.put((worker, claimed))
+
+
+@pytest.mark.parametrize(("processes", "total"), [(8, 10_000)])
+def test_concurrent_claimers_claim_each_row_exactly_once(
+    db_url: str, engine: sa.Engine, processes: int, total: int
+) -> None:
+    """N processes racing over the same pending rows: every row claimed once, none twice."""
+    ids = set(enqueue_many(engine, total))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_claimer, args=(db_url, f"w{i}", 37, out)) for i in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=240) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    claimed = [i for _, ids_ in results for i in ids_]
+    assert len(claimed) == len(set(claimed)), "a row was claimed twice"
+    assert set(claimed) == ids
+    assert sum(1 for _, ids_ in results if ids_) >= 2, "the race never happened"
+    assert count_by_status(engine) == {"sent": total}
+
+
+def test_claim_sets_the_lease_in_database_time(store: Store, engine: sa.Engine) -> None:
+    """A claim marks rows processing, locked_by me, attempt+1, locked_until = db now + lease."""
+    (event_id,) = enqueue_many(engine, 1)
+    with engine.connect() as conn:
+        before = conn.execute(sa.select(sa.func.now())).scalar()
+    (event,) = store.claim("w1", 10, lease_seconds=60)
+    row = rows(engine, event_id)[event_id]
+    assert (row["status"], row["locked_by"], row["attempt"], event.attempt) == (
+        "processing",
+        "w1",
+        1,
+        1,
+    )
+    lease = (row["locked_until"] - before).total_seconds()
+    assert 59 <= lease <= 61
+    assert store.claim("w2", 10, lease_seconds=60) == [], "a live lease must not be claimable"
+
+
+def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(
+    store: Store, engine: sa.Engine
+) -> None:
+    """Worker A's lease expires, B reclaims with attempt+1; A's late outcomes change nothing."""
+    (event_id,) = enqueue_many(engine, 1)
+    (held_by_a,) = store.claim("A", 10, lease_seconds=60)
+    expire_leases(engine)
+    (held_by_b,) = store.claim("B", 10, lease_seconds=60)
+    assert held_by_b.id == event_id
+    assert held_by_b.attempt == held_by_a.attempt + 1
+
+    assert store.mark_sent("A", [held_by_a]) == 0
+    assert store.reschedule("A", [Rescheduled(held_by_a, 0.0, "late")]) == 0
+    assert store.complete("A", sent=[held_by_a]).lost == 1
+    row = rows(engine, event_id)[event_id]
+    assert (row["status"], row["locked_by"], row["attempt"]) == ("processing", "B", 2)
+
+    assert store.mark_sent("B", [held_by_b]) == 1
+    assert rows(engine, event_id)[event_id]["status"] == "sent"
+
+
+def test_rescheduled_row_waits_for_its_backoff(store: Store, engine: sa.Engine) -> None:
+    """A rescheduled row is not claimable before next_retry_at, and is afterwards."""
+    (event_id,) = enqueue_many(engine, 1)
+    (event,) = store.claim("w", 10, lease_seconds=60)
+    assert store.reschedule("w", [Rescheduled(event, 0.5, "nack")]) == 1
+    row = rows(engine, event_id)[event_id]
+    assert (row["status"], row["last_error"], row["locked_by"]) == ("pending", "nack", None)
+    assert store.claim("w", 10, lease_seconds=60) == []
+    time.sleep(0.6)
+    (again,) = store.claim("w", 10, lease_seconds=60)
+    assert again.attempt == 2
+
+
+def test_claim_takes_oldest_first_and_respects_the_limit(store: Store, engine: sa.Engine) -> None:
+    """Rows come out in id order, at most ``limit`` per claim."""
+    ids = enqueue_many(engine, 25)
+    first = store.claim("w", 10, lease_seconds=60)
+    assert [e.id for e in first] == ids[:10]
+
+
+def test_ordering_key_allows_one_row_in_flight_per_key(store: Store, engine: sa.Engine) -> None:
+    """Rows of one key go out one at a time in creation order; other keys proceed meanwhile."""
+    a = enqueue_many(engine, 3, ordering_key="order-1")
+    b = enqueue_many(engine, 2, ordering_key="order-2")
+    free = enqueue_many(engine, 2)
+    first = store.claim("w", 100, lease_seconds=60)
+    assert sorted(e.id for e in first) == sorted([a[0], b[0], *free])
+    assert store.claim("w2", 100, lease_seconds=60) == [], "heads still in flight"
+    store.mark_sent("w", [e for e in first if e.id == a[0]])
+    (nxt,) = store.claim("w2", 100, lease_seconds=60)
+    assert nxt.id == a[1]
+
+
+def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:
+    """A key whose head row is failed is held until an operator retries or purges it."""
+    a = enqueue_many(engine, 2, ordering_key="k")
+    from relay.records import Buried
+
+    (head,) = store.claim("w", 100, lease_seconds=60)
+    store.bury("w", [Buried(head, "poison")])
+    assert store.claim("w", 100, lease_seconds=60) == []
+    assert store.retry_failed([a[0]]) == 1
+    (again,) = store.claim("w", 100, lease_seconds=60)
+    assert again.id == a[0]
+    assert again.attempt == 1

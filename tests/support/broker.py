@@ -1,0 +1,77 @@
+"""A consumer for the tests: a queue bound to the test's exchange, drained with a bound."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kombu
+
+
+@dataclass(frozen=True)
+class Received:
+    """One message as a consumer sees it."""
+
+    body: Any
+    raw_body: bytes
+    routing_key: str
+    message_id: str
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+    delivery_info: dict[str, Any]
+
+
+class Collector:
+    """Binds a durable queue to ``exchange`` with ``binding_key`` and collects what arrives."""
+
+    def __init__(self, url: str, exchange: str, binding_key: str = "#", queue: str | None = None):
+        self.url = url
+        self.exchange = kombu.Exchange(exchange, type="topic", durable=True)
+        self.queue_name = queue or f"{exchange}.q"
+        self.conn = kombu.Connection(url)
+        self.channel = self.conn.channel()
+        self.queue = kombu.Queue(
+            self.queue_name, self.exchange, routing_key=binding_key, durable=True
+        )(self.channel)
+        self.queue.declare()
+        self.received: list[Received] = []
+
+    def drain(self, expected: int, timeout: float = 30.0, settle: float = 0.0) -> list[Received]:
+        """Collect until ``expected`` messages arrived (or ``timeout``), then ``settle`` seconds
+        more to catch any extra (duplicate) message."""
+        deadline = time.monotonic() + timeout
+        while len(self.received) < expected and time.monotonic() < deadline:
+            if not self._get_one():
+                time.sleep(0.02)
+        settle_until = time.monotonic() + settle
+        while time.monotonic() < settle_until:
+            if not self._get_one():
+                time.sleep(0.02)
+        return self.received
+
+    def _get_one(self) -> bool:
+        message = self.queue.get(no_ack=True)
+        if message is None:
+            return False
+        self.received.append(
+            Received(
+                body=json.loads(message.body),
+                raw_body=message.body,
+                routing_key=message.delivery_info["routing_key"],
+                message_id=message.properties.get("message_id"),
+                headers=dict(message.headers or {}),
+                properties=dict(message.properties),
+                delivery_info=dict(message.delivery_info),
+            )
+        )
+        return True
+
+    def close(self, delete: bool = True) -> None:
+        try:
+            if delete:
+                self.queue.delete()
+                self.exchange(self.channel).delete()
+        finally:
+            self.conn.release()

@@ -1,0 +1,46 @@
+"""Helpers that write and read outbox rows directly, for setting up and checking tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+import relay
+from relay.schema import outbox
+
+
+def enqueue_many(engine: sa.Engine, n: int, event_type: str = "test.event", **kw: Any) -> list[int]:
+    """Enqueue ``n`` events in one committed transaction; returns their ids."""
+    with Session(engine) as session, session.begin():
+        return [relay.enqueue(session, event_type, {"n": i}, **kw) for i in range(n)]
+
+
+def rows(engine: sa.Engine, *ids: int) -> dict[int, dict[str, Any]]:
+    """Rows by id (all rows when no id is given)."""
+    query = sa.select(outbox)
+    if ids:
+        query = query.where(outbox.c.id.in_(ids))
+    with engine.connect() as conn:
+        return {r["id"]: dict(r) for r in conn.execute(query).mappings()}
+
+
+def count_by_status(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        result = conn.execute(sa.select(outbox.c.status, sa.func.count()).group_by(outbox.c.status))
+        return {status: int(n) for status, n in result}
+
+
+def expire_leases(engine: sa.Engine) -> None:
+    """Move every lease into the past, as if the lease time had elapsed (database time)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(outbox)
+            .where(outbox.c.status == "processing")
+            .values(locked_until=sa.func.now() - sa.text("interval '1 second'"))
+            if engine.dialect.name == "postgresql"
+            else sa.update(outbox)
+            .where(outbox.c.status == "processing")
+            .values(locked_until=outbox.c.created_at)
+        )
