@@ -2,7 +2,14 @@
 
 Application code calls :func:`enqueue` inside its business transaction; the relay publishes the
 event to a Kombu exchange at least once, with the outbox id as ``message_id``.
+
+The producer API is loaded on first use, so importing a light layer (``relay.policy``,
+``relay.config``) never pulls SQLAlchemy in.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from relay.config import Settings
 from relay.exceptions import (
@@ -14,8 +21,10 @@ from relay.exceptions import (
     RelayError,
     StoreError,
 )
-from relay.producer import Producer, configure, enqueue
 from relay.records import Status
+
+if TYPE_CHECKING:
+    from relay.producer import Producer, configure, enqueue
 
 __all__ = [
     "BrokerUnavailable",
@@ -32,3 +41,13 @@ __all__ = [
     "enqueue",
 ]
 __version__ = "0.1.0"
+
+_LAZY = {"Producer", "configure", "enqueue"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from relay import producer
+
+        return getattr(producer, name)
+    raise AttributeError(f"module 'relay' has no attribute {name!r}")

@@ -1,0 +1,54 @@
+"""The import layers of DESIGN.md §4 hold."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "relay"
+
+
+def _loaded_after_import(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    return {name.split(".")[0] for name in out.split()}
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("relay.policy", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
+        ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
+        ("relay.records", {"sqlalchemy", "kombu", "celery"}),
+        ("relay.store", {"kombu", "celery", "amqp"}),
+        ("relay.dialects.postgresql", {"kombu", "celery", "amqp"}),
+        ("relay.publisher", {"sqlalchemy", "celery"}),
+        ("relay", {"celery", "kombu"}),
+        ("relay.dispatcher", {"celery"}),
+    ],
+)
+def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) -> None:
+    """Importing a layer loads none of the packages it must not depend on."""
+    assert _loaded_after_import(module) & forbidden == set()
+
+
+def test_only_the_celery_glue_and_cli_import_celery() -> None:
+    """Nothing but relay/celery.py and relay/cli.py names celery in an import."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name in {"celery.py", "cli.py"} and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "celery"]
+    assert offenders == []

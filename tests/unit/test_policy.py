@@ -1,0 +1,89 @@
+"""Pure policy: backoff table, retry decisions, the broker circuit breaker."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from relay.policy import CircuitBreaker, RetryPolicy, backoff_seconds
+from relay.records import Buried, ClaimedEvent, Rescheduled
+
+
+class _MaxRandom(random.Random):
+    """Always draws the top of the range, so the ceiling shows."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+@pytest.mark.parametrize(
+    ("attempt", "base", "cap", "ceiling"),
+    [
+        (1, 1.0, 300.0, 1.0),
+        (2, 1.0, 300.0, 2.0),
+        (3, 1.0, 300.0, 4.0),
+        (9, 1.0, 300.0, 256.0),
+        (10, 1.0, 300.0, 300.0),
+        (4, 0.5, 300.0, 4.0),
+        (1_000_000, 1.0, 300.0, 300.0),
+        (2_000, 1e300, 1e308, 1e308),
+    ],
+)
+def test_backoff_ceiling_doubles_and_is_capped(
+    attempt: int, base: float, cap: float, ceiling: float
+) -> None:
+    """The jitter range's top is min(cap, base * 2**(attempt-1)), with no overflow."""
+    assert backoff_seconds(attempt, base=base, cap=cap, rng=_MaxRandom()) == ceiling
+
+
+def test_backoff_is_full_jitter_within_range() -> None:
+    """Draws spread over [0, ceiling], not clustered at the ceiling."""
+    rng = random.Random(7)
+    draws = [backoff_seconds(5, base=1.0, cap=300.0, rng=rng) for _ in range(2000)]
+    assert min(draws) >= 0.0
+    assert max(draws) <= 16.0
+    assert min(draws) < 1.0
+    assert max(draws) > 15.0
+
+
+def test_backoff_rejects_attempt_zero() -> None:
+    """Attempts are 1-based: a claim always increments first."""
+    with pytest.raises(ValueError, match="attempt"):
+        backoff_seconds(0, base=1, cap=2, rng=random.Random())
+
+
+def _event(attempt: int) -> ClaimedEvent:
+    return ClaimedEvent(1, "t", {}, None, None, attempt, datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.mark.parametrize(
+    ("attempt", "max_attempts", "outcome"),
+    [(1, 3, Rescheduled), (2, 3, Rescheduled), (3, 3, Buried), (4, 3, Buried), (1, 1, Buried)],
+)
+def test_retry_policy_buries_on_the_last_attempt(
+    attempt: int, max_attempts: int, outcome: type
+) -> None:
+    """A failure with attempts left reschedules; the last one dead-letters, keeping the error."""
+    result = RetryPolicy(max_attempts, 1.0, 10.0).after_failure(
+        _event(attempt), "nack", random.Random(1)
+    )
+    assert isinstance(result, outcome)
+    assert result.error == "nack"
+
+
+def test_circuit_breaker_opens_doubles_and_closes() -> None:
+    """Consecutive broker failures back off exponentially (capped); one success closes it."""
+    breaker = CircuitBreaker(base_seconds=1.0, cap_seconds=5.0)
+    assert breaker.allows(0.0)
+    assert breaker.record_failure(10.0) == 1.0
+    assert not breaker.allows(10.5)
+    assert breaker.allows(11.0)
+    assert breaker.record_failure(11.0) == 2.0
+    assert breaker.record_failure(13.0) == 4.0
+    assert breaker.record_failure(17.0) == 5.0
+    assert breaker.remaining(20.0) == 2.0
+    breaker.record_success()
+    assert breaker.allows(20.0)
+    assert breaker.record_failure(30.0) == 1.0
