@@ -7,6 +7,7 @@ Every check runs before the INSERT, so a bad event raises :class:`~relay.excepti
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -21,12 +22,15 @@ from relay.exceptions import EventError
 from relay.message import RESERVED_HEADERS, encode_body
 from relay.schema import outbox
 
+log = logging.getLogger(__name__)
+
 MAX_NAME_BYTES = 255  # an AMQP routing key is a shortstr: at most 255 bytes
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 
 #: Called once after a transaction that enqueued events commits (see :func:`on_commit`).
 WakeUp = Callable[[], None]
 _WAKE_KEY = "relay_wake_pending"
+_INSTALLED_KEY = "relay_wake_installed"
 
 
 class Producer:
@@ -146,31 +150,34 @@ def _connection(target: Session | Connection) -> Connection:
 
 
 def _arm_wake(target: Session | Connection, wake: WakeUp) -> None:
-    """Call ``wake`` once after the transaction commits, however many events it wrote."""
-    if target.info.get(_WAKE_KEY):
-        return
-    target.info[_WAKE_KEY] = True
-    # Session fires after the commit; a bare Connection only offers the moment of commit.
-    on_commit, on_rollback = (
-        ("after_commit", "after_rollback")
-        if isinstance(target, Session)
-        else ("commit", "rollback")
-    )
+    """Call ``wake`` once after the transaction commits, however many events it wrote.
 
-    def disarm() -> None:
-        target.info.pop(_WAKE_KEY, None)
-        event.remove(target, on_commit, fire)
-        event.remove(target, on_rollback, forget)
+    The listeners are installed once per Session/Connection and stay (removing a listener from
+    inside an event is not allowed); a per-transaction flag in ``info`` does the debouncing.
+    """
+    target.info[_WAKE_KEY] = wake
+    if target.info.get(_INSTALLED_KEY):
+        return
+    target.info[_INSTALLED_KEY] = True
+    # Session fires after the commit; a bare Connection only offers the moment of commit.
+    session = isinstance(target, Session)
 
     def fire(*_: Any) -> None:
-        disarm()
-        wake()
+        pending = target.info.pop(_WAKE_KEY, None)
+        if pending is None:
+            return
+        try:
+            pending()
+        except Exception:  # the commit happened; a lost wake-up only costs one tick of latency
+            log.warning(
+                "relay wake-up after commit failed; the tick will pick the events up", exc_info=True
+            )
 
     def forget(*_: Any) -> None:
-        disarm()
+        target.info.pop(_WAKE_KEY, None)
 
-    event.listen(target, on_commit, fire)
-    event.listen(target, on_rollback, forget)
+    event.listen(target, "after_commit" if session else "commit", fire)
+    event.listen(target, "after_rollback" if session else "rollback", forget)
 
 
 _default = Producer()

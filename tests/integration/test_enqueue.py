@@ -1,0 +1,145 @@
+"""relay.enqueue writes in the caller's transaction and refuses bad events before writing."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+import relay
+from relay.exceptions import EventError
+from relay.producer import Producer
+from relay.schema import outbox
+from relay.store import Store
+from tests.support.rows import rows
+
+
+def test_commit_writes_a_pending_row_with_defaults(engine: sa.Engine) -> None:
+    """A committed enqueue leaves one pending row with attempt 0 and DB timestamps."""
+    with Session(engine) as session, session.begin():
+        event_id = relay.enqueue(
+            session, "order.created", {"id": 7}, headers={"tenant": "acme"}, ordering_key="o-7"
+        )
+    row = rows(engine, event_id)[event_id]
+    assert (row["status"], row["attempt"], row["payload"], row["headers"], row["ordering_key"]) == (
+        "pending",
+        0,
+        {"id": 7},
+        {"tenant": "acme"},
+        "o-7",
+    )
+    assert row["created_at"] is not None
+    assert row["next_retry_at"] is None
+
+
+def test_rollback_leaves_no_event(engine: sa.Engine) -> None:
+    """The event shares the business transaction's fate."""
+    with Session(engine) as session:
+        session.begin()
+        relay.enqueue(session, "order.created", {"id": 1})
+        session.rollback()
+    assert rows(engine) == {}
+
+
+def test_enqueue_works_on_a_core_connection(engine: sa.Engine) -> None:
+    """A SQLAlchemy Connection inside a transaction is accepted like a Session."""
+    with engine.begin() as conn:
+        event_id = relay.enqueue(conn, "x.y", [1, 2, 3])
+    assert rows(engine, event_id)[event_id]["payload"] == [1, 2, 3]
+
+
+def test_connection_without_transaction_is_refused(engine: sa.Engine) -> None:
+    """Outside a transaction there is nothing to be atomic with: refuse, write nothing."""
+    with engine.connect() as conn, pytest.raises(EventError, match="session_or_connection"):
+        relay.enqueue(conn, "x.y", {})
+    assert rows(engine) == {}
+
+
+def test_delay_is_counted_from_database_time(engine: sa.Engine) -> None:
+    """delay sets next_retry_at = DB now + delay, and the row is not claimable before it."""
+    with Session(engine) as session, session.begin():
+        event_id = relay.enqueue(session, "later", {}, delay=timedelta(minutes=5))
+        now = session.execute(sa.select(sa.func.now())).scalar_one()
+    row = rows(engine, event_id)[event_id]
+    assert 299 <= (row["next_retry_at"] - now).total_seconds() <= 301
+    assert Store(engine).claim("w", 10, lease_seconds=30) == []
+
+
+def test_row_inserted_by_plain_sql_is_valid_and_claimable(engine: sa.Engine) -> None:
+    """Any language may write the outbox: event_type and payload alone make a valid row."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO outbox (event_type, payload) VALUES ('plain.sql', '{\"a\": 1}')")
+        )
+    (event,) = Store(engine).claim("w", 10, lease_seconds=30)
+    assert (event.event_type, event.payload, event.attempt) == ("plain.sql", {"a": 1}, 1)
+
+
+BAD_EVENTS: list[tuple[str, dict[str, Any], str]] = [
+    ("empty event_type", {"event_type": ""}, "event_type"),
+    ("event_type not str", {"event_type": 42}, "event_type"),
+    ("event_type over 255 bytes", {"event_type": "é" * 128}, "event_type"),
+    ("event_type with NUL", {"event_type": "a\x00b"}, "event_type"),
+    ("payload not JSON", {"payload": {"when": object()}}, "payload"),
+    ("payload NaN", {"payload": {"x": math.nan}}, "payload"),
+    ("payload Infinity", {"payload": [math.inf]}, "payload"),
+    ("payload set", {"payload": {1, 2}}, "payload"),
+    ("payload over the cap", {"payload": "x" * 2000}, "payload"),
+    ("headers not a mapping", {"headers": ["a"]}, "headers"),
+    ("headers not JSON", {"headers": {"a": b"bytes"}}, "headers"),
+    ("headers NaN", {"headers": {"a": math.nan}}, "headers"),
+    ("headers non-str key", {"headers": {1: "a"}}, "headers"),
+    ("headers reserved key", {"headers": {"outbox_id": 1}}, "headers"),
+    ("ordering_key empty", {"ordering_key": ""}, "ordering_key"),
+    ("ordering_key not str", {"ordering_key": 5}, "ordering_key"),
+    ("negative delay", {"delay": -1}, "delay"),
+    ("negative timedelta", {"delay": timedelta(seconds=-1)}, "delay"),
+    ("NaN delay", {"delay": math.nan}, "delay"),
+    ("delay wrong type", {"delay": "5s"}, "delay"),
+]
+
+
+@pytest.mark.parametrize(("case", "override", "field"), BAD_EVENTS, ids=[c[0] for c in BAD_EVENTS])
+def test_bad_event_is_refused_naming_the_field_and_nothing_is_written(
+    engine: sa.Engine, case: str, override: dict[str, Any], field: str
+) -> None:
+    """Each bad input raises EventError naming its field inside the transaction; no row lands."""
+    producer = Producer(max_payload_bytes=1000)
+    kwargs: dict[str, Any] = {"event_type": "ok.type", "payload": {"ok": True}, **override}
+    with Session(engine) as session, session.begin():
+        with pytest.raises(EventError) as info:
+            producer.enqueue(session, **kwargs)
+        assert info.value.field == field
+        assert field in str(info.value)
+        producer.enqueue(session, "still.usable", {})
+    assert [r["event_type"] for r in rows(engine).values()] == ["still.usable"]
+
+
+def test_wrong_target_type_is_refused() -> None:
+    """Passing something that is not a Session or Connection names the argument."""
+    with pytest.raises(EventError, match="session_or_connection"):
+        relay.enqueue("not a session", "t", {})  # type: ignore[arg-type]
+
+
+def test_wake_fires_once_per_committed_transaction(engine: sa.Engine) -> None:
+    """The after-commit wake-up runs once per transaction, never after a rollback."""
+    wakes: list[int] = []
+    producer = Producer(wake=lambda: wakes.append(1))
+    with Session(engine) as session:
+        with session.begin():
+            for i in range(5):
+                producer.enqueue(session, "t", {"i": i})
+        assert wakes == [1]
+        session.begin()
+        producer.enqueue(session, "t", {})
+        session.rollback()
+        assert wakes == [1]
+        with session.begin():
+            producer.enqueue(session, "t", {})
+    assert wakes == [1, 1]
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar() == 6
