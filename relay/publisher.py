@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import kombu
+import kombu.exceptions
 
 from relay import message
 from relay.records import ClaimedEvent
@@ -95,7 +96,12 @@ class KombuPublisher:
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         conn = self._conn or kombu.Connection(self.url)
-        return (*conn.connection_errors, *conn.channel_errors, OSError)
+        return (
+            *conn.connection_errors,
+            *conn.channel_errors,
+            kombu.exceptions.OperationalError,
+            OSError,
+        )
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:

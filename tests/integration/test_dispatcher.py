@@ -1,0 +1,182 @@
+"""The dispatch cycle on a real database: retries, dead letters, leases, broker outages."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from relay.config import Settings
+from relay.dispatcher import Dispatcher
+from relay.publisher import KombuPublisher, PublishResult
+from relay.records import ClaimedEvent
+from relay.store import Store
+from relay.testing import InMemoryPublisher
+from tests.support.broker import Collector
+from tests.support.rows import count_by_status, enqueue_many, expire_leases, rows
+
+
+class _Ceiling(random.Random):
+    """Backoff always at the top of its range, so the growth is visible."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def _drain_until(dispatcher: Dispatcher, done: Any, max_cycles: int = 500) -> None:
+    """Run cycles until ``done()``; bounded so a bug fails instead of hanging."""
+    for _ in range(max_cycles):
+        if done():
+            return
+        dispatcher.run_once()
+        dispatcher.breaker.record_success()
+    raise AssertionError("the relay did not converge")
+
+
+def test_failing_row_backs_off_then_dead_letters_while_others_flow(
+    store: Store, engine: sa.Engine, settings: Settings, amqp_url: str, exchange_name: str
+) -> None:
+    """An unroutable event is rescheduled with growing delays, then `failed` with last_error;
+    the routable events around it are all sent meanwhile."""
+    collector = Collector(amqp_url, exchange_name, binding_key="good.#")
+    settings = replace(settings, max_attempts=4, backoff_base_seconds=0.05, backoff_max_seconds=1)
+    publisher = KombuPublisher(amqp_url, exchange_name)
+    dispatcher = Dispatcher(store, publisher, settings, rng=_Ceiling())
+    try:
+        good = enqueue_many(engine, 120, "good.thing")
+        (poison,) = enqueue_many(engine, 1, "nobody.listens")
+        good += enqueue_many(engine, 120, "good.thing")
+        delays: list[float] = []
+
+        def poison_done() -> bool:
+            row = rows(engine, poison)[poison]
+            if row["status"] == "pending" and row["next_retry_at"] is not None:
+                delay = (row["next_retry_at"] - row["updated_at"]).total_seconds()
+                if not delays or abs(delays[-1] - delay) > 1e-6:
+                    delays.append(delay)
+            return bool(row["status"] == "failed")
+
+        _drain_until(dispatcher, poison_done)
+        row = rows(engine, poison)[poison]
+        assert row["attempt"] == 4
+        assert "unroutable" in row["last_error"]
+        assert [round(d, 3) for d in delays] == [0.05, 0.1, 0.2]
+        received = collector.drain(len(good), timeout=20, settle=0.2)
+        assert sorted(int(m.message_id) for m in received) == sorted(good)
+        assert count_by_status(engine) == {"sent": 240, "failed": 1}
+    finally:
+        publisher.close()
+        collector.close()
+
+
+class _SlowPublisher(InMemoryPublisher):
+    """Publishes like the double, but takes ``seconds`` per batch, while a rival tries to claim."""
+
+    def __init__(self, seconds: float, rival: Store) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.rival = rival
+        self.rival_got: list[int] = []
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        import time
+
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            self.rival_got += [e.id for e in self.rival.claim("rival", 100, lease_seconds=30)]
+            time.sleep(0.05)
+        return super().publish(events)
+
+
+def test_lease_is_renewed_while_a_slow_batch_publishes(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """A batch that takes 3x the lease to publish keeps its rows: no rival claims them."""
+    ids = enqueue_many(engine, 10)
+    settings = replace(settings, lease_seconds=0.6, confirm_timeout_seconds=0.5)
+    publisher = _SlowPublisher(1.8, rival=Store(engine))
+    report = Dispatcher(store, publisher, settings).run_once()
+    assert publisher.rival_got == []
+    assert (report.sent, report.lost) == (10, 0)
+    assert publisher.ids == ids
+
+
+class _LosingPublisher(InMemoryPublisher):
+    """While publishing, the lease expires and another worker reclaims every row."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        expire_leases(self.engine)
+        Store(self.engine).claim("thief", 100, lease_seconds=60)
+        return super().publish(events)
+
+
+def test_late_outcomes_after_a_lost_lease_change_nothing(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """Rows reclaimed by another worker mid-publish are counted lost, left to the new holder."""
+    ids = enqueue_many(engine, 5)
+    report = Dispatcher(store, _LosingPublisher(engine), settings).run_once()
+    assert (report.sent, report.lost) == (0, 5)
+    assert {r["locked_by"] for r in rows(engine, *ids).values()} == {"thief"}
+    assert {r["status"] for r in rows(engine, *ids).values()} == {"processing"}
+
+
+def test_broker_outage_gives_attempts_back_and_opens_the_breaker(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """Unreachable broker: rows go back to pending with attempt unchanged, nothing is claimed
+    until the breaker's delay passes, and then everything is sent."""
+    ids = enqueue_many(engine, 20)
+    publisher = InMemoryPublisher(unavailable_times=1)
+    clock = [100.0]
+    dispatcher = Dispatcher(store, publisher, settings, clock=lambda: clock[0])
+    report = dispatcher.run_once()
+    assert (report.released, report.sent, report.broker_error is not None) == (20, 0, True)
+    released = rows(engine, *ids)
+    assert {r["status"] for r in released.values()} == {"pending"}
+    assert {r["attempt"] for r in released.values()} == {0}
+    assert all("simulated outage" in r["last_error"] for r in released.values())
+
+    assert dispatcher.run_once().claimed == 0, "breaker open: no claim"
+    clock[0] += 60
+    with engine.begin() as conn:  # the rows' own retry delay has passed too (database time)
+        conn.execute(sa.text("UPDATE outbox SET next_retry_at = NULL"))
+    assert dispatcher.drain().sent == 20
+    assert {r["attempt"] for r in rows(engine, *ids).values()} == {1}
+
+
+def test_drain_runs_batches_until_one_comes_back_short(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """drain() keeps claiming while batches are full and stops on the first short one."""
+    enqueue_many(engine, settings.batch_size * 3 + 7)
+    publisher = InMemoryPublisher()
+    report = Dispatcher(store, publisher, settings).drain()
+    assert (report.cycles, report.sent) == (4, settings.batch_size * 3 + 7)
+    assert publisher.ids == sorted(publisher.ids)
+    assert count_by_status(engine) == {"sent": settings.batch_size * 3 + 7}
+
+
+def test_rejections_burn_attempts_and_dead_letter(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """Rejected events spend an attempt each time; after max_attempts they are failed."""
+    (event_id,) = enqueue_many(engine, 1, "never.ok")
+    publisher = InMemoryPublisher(unroutable={"never.ok"})
+    dispatcher = Dispatcher(store, publisher, replace(settings, max_attempts=3))
+    seen: list[tuple[str, int]] = []
+    for _ in range(3):
+        dispatcher.run_once()
+        row = rows(engine, event_id)[event_id]
+        seen.append((row["status"], row["attempt"]))
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE outbox SET next_retry_at = NULL"))
+    assert seen == [("pending", 1), ("pending", 2), ("failed", 3)]
+    assert publisher.messages == []
