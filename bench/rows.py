@@ -1,0 +1,92 @@
+"""The benchmark's events: one payload shape (~200 bytes of JSON) seeded straight in SQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from relay.records import ClaimedEvent
+
+EVENT_TYPE = "order.created"
+#: Fixed fields of every payload; ``n`` (the row number) is added per event.
+PAYLOAD: dict[str, Any] = {
+    "customer_id": "c-0000481516",
+    "currency": "EUR",
+    "total": "1234.50",
+    "items": [{"sku": "SKU-000042", "qty": 2}, {"sku": "SKU-001337", "qty": 1}],
+    "note": "benchmark payload, padded to about two hundred bytes of JSON",
+}
+HEADERS: dict[str, Any] = {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "tenant": "acme"}
+
+
+def payload(n: int) -> dict[str, Any]:
+    return {**PAYLOAD, "n": n}
+
+
+def claimed(n: int, attempt: int = 1) -> ClaimedEvent:
+    """The event the relay would have claimed for row ``n``: used to build identical messages."""
+    return ClaimedEvent(
+        id=n,
+        event_type=EVENT_TYPE,
+        payload=payload(n),
+        headers=dict(HEADERS),
+        ordering_key=None,
+        attempt=attempt,
+        created_at=datetime.now(UTC),
+    )
+
+
+def insert_pending(engine: sa.Engine, count: int) -> None:
+    """Insert ``count`` pending rows in one committed transaction."""
+    insert_rows(engine, count, status="pending")
+
+
+def insert_rows(engine: sa.Engine, count: int, *, status: str, chunk: int = 500_000) -> None:
+    """Insert ``count`` rows of ``status`` with ``INSERT … SELECT generate_series``, in chunks
+    of ``chunk`` rows per transaction (sent rows get ``sent_at`` and ``attempt = 1``)."""
+    sent = status == "sent"
+    stmt = sa.text(
+        "INSERT INTO outbox (event_type, payload, headers, status, attempt, sent_at) "
+        "SELECT :event_type, CAST(:payload AS jsonb) || jsonb_build_object('n', g), "
+        "CAST(:headers AS jsonb), :status, :attempt, "
+        f"{'now()' if sent else 'NULL'} "
+        "FROM generate_series(1, :count) AS g"
+    )
+    done = 0
+    while done < count:
+        n = min(chunk, count - done)
+        with engine.begin() as conn:
+            conn.execute(
+                stmt,
+                {
+                    "event_type": EVENT_TYPE,
+                    "payload": json.dumps(PAYLOAD),
+                    "headers": json.dumps(HEADERS),
+                    "status": status,
+                    "attempt": 1 if sent else 0,
+                    "count": n,
+                },
+            )
+        done += n
+
+
+def unfinished(engine: sa.Engine) -> int:
+    """Rows still pending or processing (counted through the partial index)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text("SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')")
+            ).scalar_one()
+        )
+
+
+def count_status(engine: sa.Engine, status: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text("SELECT count(*) FROM outbox WHERE status = :s"), {"s": status}
+            ).scalar_one()
+        )
