@@ -1,0 +1,122 @@
+"""Fault: relay workers SIGKILLed mid-batch, repeatedly, while events keep arriving."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from relay.store import create_engine
+from tests.support.broker import Collector
+from tests.support.fleet import (
+    Fleet,
+    SteadyProducer,
+    audit_delivery,
+    holders,
+    relay_env,
+    report,
+    statuses,
+    wait_until,
+)
+
+BATCH = 100
+LEASE = 3
+
+
+@pytest.fixture
+def engine(pg_url: str) -> Iterator[sa.Engine]:
+    eng = create_engine(pg_url)
+    yield eng
+    eng.dispose()
+
+
+def _drained(engine: sa.Engine) -> bool:
+    s = statuses(engine)
+    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
+
+
+@pytest.mark.timeout(180)
+def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_batch(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    tmp_path: Path,
+) -> None:
+    """Workers killed holding a batch: others reclaim after the lease; dupes <= kills x batch."""
+    fleet = Fleet(
+        relay_env(pg_url, amqp_url, exchange_name, batch_size=BATCH, lease_seconds=LEASE),
+        tmp_path,
+    )
+    producer = SteadyProducer(engine, total=6000, seconds=8.0)
+    killed: set[str] = set()
+    held_at_kill = 0
+    try:
+        fleet.start(3)
+        producer.start()
+        last_kill = time.monotonic()
+        while not producer.done and len(killed) < 12:
+            pids = holders(engine)
+            victim = next((w for w in map(fleet.by_pid, pids) if w is not None), None)
+            if victim is None:
+                time.sleep(0.02)
+                continue
+            fleet.kill(victim)
+            killed.add(victim.name)
+            held_at_kill += pids[victim.pid]
+            last_kill = time.monotonic()
+            fleet.start(1)
+            # Pacing between faults, not synchronisation: let the fleet make progress.
+            time.sleep(0.8)
+        committed = producer.join()
+        wait_until(lambda: _drained(engine), 60, "the fleet to drain after the last kill")
+        recover = time.monotonic() - last_kill
+        kills = len(killed)
+        result = audit_delivery(engine, collector, committed, duplicate_bound=kills * BATCH)
+        codes = fleet.stop()
+    finally:
+        fleet.stop()
+    assert kills >= 3, "the fleet was never caught holding a batch"
+    survivors = {name: code for name, code in codes.items() if name not in killed}
+    assert set(survivors.values()) == {0}, f"a worker died on its own: {survivors}"
+    report(
+        "sigkill",
+        events=result.events,
+        kills=kills,
+        rows_held_at_kills=held_at_kill,
+        duplicates=result.duplicates,
+        bound=kills * BATCH,
+        recover_s=recover,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_finishes_the_batch_in_flight(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM during a drain: the worker exits 0 and leaves no row processing."""
+    from tests.support.fleet import enqueue_committed
+
+    ids = enqueue_committed(engine, 3000)
+    fleet = Fleet(relay_env(pg_url, amqp_url, exchange_name, batch_size=BATCH), tmp_path)
+    try:
+        (worker,) = fleet.start(1)
+        wait_until(lambda: worker.pid in holders(engine), 30, "the worker to hold a batch")
+        fleet.signal(worker, signal.SIGTERM)
+        assert worker.proc.wait(timeout=30) == 0, worker.log()
+        assert statuses(engine).get("processing", 0) == 0, "SIGTERM stranded a batch"
+        fleet.start(1)
+        wait_until(lambda: _drained(engine), 60, "the drain to finish")
+        audit_delivery(engine, collector, ids, duplicate_bound=0)
+    finally:
+        fleet.stop()

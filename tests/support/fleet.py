@@ -1,0 +1,298 @@
+"""A relay fleet of ``relay dispatch --loop`` processes, a steady producer, and the final audit.
+
+Reusable by any acceptance test: start N workers on one outbox database, kill, pause or restart
+them, feed them events from a thread while faults happen, then check that every committed event
+was delivered, none lost, none left ``processing``, duplicates within a bound.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+import relay
+from relay.schema import outbox
+from tests.support.broker import Collector
+
+RELAY_BIN = str(Path(sys.executable).with_name("relay"))
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
+) -> float:
+    """Poll ``predicate`` until truthy; returns the seconds it took, fails after ``timeout``."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
+def relay_env(
+    database_url: str, broker_url: str, exchange: str, **overrides: object
+) -> dict[str, str]:
+    """The environment of a relay process: fast leases and backoffs suited to tests."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    settings: dict[str, object] = {
+        "DATABASE_URL": database_url,
+        "BROKER_URL": broker_url,
+        "EXCHANGE": exchange,
+        "BATCH_SIZE": 100,
+        "LEASE_SECONDS": 3,
+        "CONFIRM_TIMEOUT_SECONDS": 2,
+        "MAX_ATTEMPTS": 5,
+        "BACKOFF_BASE_SECONDS": 0.1,
+        "BACKOFF_MAX_SECONDS": 1,
+        "TICK_SECONDS": 0.1,
+    }
+    settings.update({k.upper(): v for k, v in overrides.items()})
+    env.update({f"RELAY_{k}": str(v) for k, v in settings.items()})
+    return env
+
+
+@dataclass
+class Worker:
+    """One ``relay dispatch --loop`` process and its log file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    _log: IO[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+class Fleet:
+    """Starts and stops relay workers; every process is reaped by :meth:`stop`."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.workers: list[Worker] = []
+        self._seq = 0
+
+    def start(self, n: int = 1) -> list[Worker]:
+        """Start ``n`` more workers."""
+        started = []
+        for _ in range(n):
+            self._seq += 1
+            name = f"w{self._seq}"
+            path = self.log_dir / f"relay-{name}.log"
+            log = path.open("wb")
+            proc = subprocess.Popen(
+                [RELAY_BIN, "dispatch", "--loop"], env=self.env, stdout=log, stderr=log
+            )
+            started.append(Worker(name, proc, path, log))
+        self.workers.extend(started)
+        return started
+
+    @property
+    def alive(self) -> list[Worker]:
+        return [w for w in self.workers if w.alive()]
+
+    def by_pid(self, pid: int) -> Worker | None:
+        return next((w for w in self.workers if w.pid == pid and w.alive()), None)
+
+    def signal(self, worker: Worker, sig: signal.Signals) -> None:
+        worker.proc.send_signal(sig)
+
+    def kill(self, worker: Worker) -> None:
+        """SIGKILL: no clean-up at all, as in a crash or an OOM kill."""
+        worker.proc.kill()
+        worker.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 20.0) -> dict[str, int | None]:
+        """SIGTERM every worker (resuming paused ones), wait, SIGKILL stragglers; exit codes."""
+        for w in self.workers:
+            if w.alive():
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    try:
+                        w.proc.send_signal(sig)
+                    except ProcessLookupError:
+                        break
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int | None] = {}
+        for w in self.workers:
+            try:
+                codes[w.name] = w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait(timeout=10)
+                codes[w.name] = None
+            w._log.close()
+        return codes
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.name} (pid {w.pid}) ---\n{w.log()}" for w in self.workers)
+
+
+def holders(engine: sa.Engine) -> collections.Counter[int]:
+    """Rows in ``processing`` per pid of the worker holding them."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(outbox.c.locked_by, sa.func.count())
+            .where(outbox.c.status == "processing")
+            .group_by(outbox.c.locked_by)
+        ).all()
+    return collections.Counter({int(str(by).split(":")[1]): int(n) for by, n in rows if by})
+
+
+def statuses(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        result = conn.execute(sa.select(outbox.c.status, sa.func.count()).group_by(outbox.c.status))
+        return {str(s): int(n) for s, n in result}
+
+
+def ids_with_status(engine: sa.Engine, status: str) -> set[int]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.select(outbox.c.id).where(outbox.c.status == status)).scalars())
+
+
+def enqueue_committed(
+    engine: sa.Engine,
+    n: int,
+    *,
+    event_type: str | Callable[[int], str] = "test.event",
+    per_tx: int = 100,
+    **kw: Any,
+) -> list[int]:
+    """Enqueue ``n`` events in committed transactions of ``per_tx``; returns their ids."""
+    ids: list[int] = []
+    for start in range(0, n, per_tx):
+        with Session(engine) as session, session.begin():
+            for i in range(start, min(n, start + per_tx)):
+                kind = event_type(i) if callable(event_type) else event_type
+                ids.append(relay.enqueue(session, kind, {"n": i}, **kw))
+    return ids
+
+
+@dataclass
+class SteadyProducer:
+    """Enqueues ``total`` events over about ``seconds`` from a thread, plus rolled-back decoys.
+
+    Every fifth transaction is rolled back: its events must never be delivered.
+    """
+
+    engine: sa.Engine
+    total: int
+    seconds: float
+    per_tx: int = 50
+    event_type: str = "test.event"
+    committed: list[int] = field(default_factory=list)
+    rolled_back: int = 0
+    error: BaseException | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> SteadyProducer:
+        self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float = 120.0) -> list[int]:
+        assert self._thread is not None
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "producer did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.committed
+
+    @property
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            txs = -(-self.total // self.per_tx)
+            pace = self.seconds / txs
+            start = time.monotonic()
+            made = tx = 0
+            while made < self.total:
+                if tx % 5 == 4:
+                    with Session(self.engine) as session:
+                        session.begin()
+                        relay.enqueue(session, self.event_type, {"decoy": True})
+                        session.rollback()
+                    self.rolled_back += 1
+                with Session(self.engine) as session, session.begin():
+                    ids = [
+                        relay.enqueue(session, self.event_type, {"n": made + i, "decoy": False})
+                        for i in range(min(self.per_tx, self.total - made))
+                    ]
+                self.committed.extend(ids)
+                made += len(ids)
+                tx += 1
+                # Pacing, not synchronisation: spread the load over the scenario's window.
+                time.sleep(max(0.0, start + tx * pace - time.monotonic()))
+        except BaseException as exc:
+            self.error = exc
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What the final check found."""
+
+    events: int
+    received: int
+    duplicates: int
+    statuses: dict[str, int]
+
+
+def audit_delivery(
+    engine: sa.Engine,
+    collector: Collector,
+    committed: Iterable[int],
+    *,
+    duplicate_bound: int,
+    failed: Iterable[int] = (),
+    timeout: float = 60.0,
+) -> Audit:
+    """Every committed event delivered (or among ``failed``), none lost, none ``processing``,
+    nothing delivered that was not committed, every ``sent`` row confirmed (received), and
+    duplicates within ``duplicate_bound``."""
+    committed_ids, failed_ids = set(committed), set(failed)
+    wanted = committed_ids - failed_ids
+    received = collector.drain(len(wanted), timeout=timeout, settle=0.5)
+    got = collections.Counter(int(m.message_id) for m in received)
+    status = statuses(engine)
+    sent = ids_with_status(engine, "sent")
+    assert status.get("processing", 0) == 0, f"rows left processing: {status}"
+    assert status.get("pending", 0) == 0, f"rows left pending: {status}"
+    assert ids_with_status(engine, "failed") == failed_ids, "unexpected failed rows"
+    assert sent == wanted, f"{len(wanted - sent)} committed events not sent"
+    missing = wanted - set(got)
+    assert not missing, f"{len(missing)} sent events never reached the consumer (lost)"
+    assert set(got) <= committed_ids, "a message that was never committed was delivered"
+    assert all(m.body.get("decoy") is not True for m in received), "a rolled-back event leaked"
+    duplicates = sum(n - 1 for n in got.values())
+    assert duplicates <= duplicate_bound, f"{duplicates} duplicates > bound {duplicate_bound}"
+    return Audit(len(committed_ids), len(received), duplicates, status)
+
+
+def report(scenario: str, **numbers: object) -> None:
+    """Print a scenario's numbers (shown with ``pytest -s`` or ``-rA``)."""
+    text = ", ".join(
+        f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in numbers.items()
+    )
+    print(f"[faults] {scenario}: {text}", flush=True)
