@@ -1,0 +1,119 @@
+"""Fault: the broker cut off mid-drain (a TCP proxy resets and refuses connections), then back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+from relay.store import create_engine
+from tests.support.broker import Collector
+from tests.support.fleet import (
+    Fleet,
+    SteadyProducer,
+    audit_delivery,
+    ids_with_status,
+    relay_env,
+    report,
+    statuses,
+    wait_until,
+)
+from tests.support.proxy import TcpProxy, running_proxy
+
+BATCH = 100
+WORKERS = 3
+MAX_ATTEMPTS = 3
+
+
+@pytest.fixture
+def engine(pg_url: str) -> Iterator[sa.Engine]:
+    eng = create_engine(pg_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def proxy(amqp_url: str) -> Iterator[TcpProxy]:
+    parts = urlsplit(amqp_url)
+    with running_proxy(parts.hostname or "127.0.0.1", parts.port or 5672) as p:
+        yield p
+
+
+def _drained(engine: sa.Engine) -> bool:
+    s = statuses(engine)
+    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_attempts(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    proxy: TcpProxy,
+    tmp_path: Path,
+) -> None:
+    """Two outages of 4 s mid-drain, MAX_ATTEMPTS=3: nothing failed, nothing sent unconfirmed."""
+    env = relay_env(
+        pg_url,
+        proxy.url_for(amqp_url),
+        exchange_name,
+        batch_size=BATCH,
+        lease_seconds=5,
+        max_attempts=MAX_ATTEMPTS,
+        backoff_base_seconds=0.2,
+        backoff_max_seconds=2,
+    )
+    fleet = Fleet(env, tmp_path)
+    producer = SteadyProducer(engine, total=8000, seconds=10.0)
+    cuts, outage, recoveries = 0, 4.0, []
+    try:
+        fleet.start(WORKERS)
+        producer.start()
+        for threshold in (1000, 4000):
+            wait_until(
+                lambda t=threshold: len(ids_with_status(engine, "sent")) >= t,  # type: ignore[misc]
+                60,
+                f"{threshold} rows sent before the cut",
+            )
+            proxy.cut()
+            cuts += 1
+            sent_at_cut = len(ids_with_status(engine, "sent"))
+            # The outage itself: the broker stays unreachable this long (not synchronisation).
+            time.sleep(outage)
+            assert all(w.alive() for w in fleet.workers), fleet.logs()
+            during = len(ids_with_status(engine, "sent")) - sent_at_cut
+            assert during <= WORKERS * BATCH, f"{during} rows marked sent while cut off"
+            proxy.restore()
+            restored = time.monotonic()
+            wait_until(lambda: proxy.accepted > 0 and proxy.connections > 0, 30, "a reconnect")
+            recoveries.append(time.monotonic() - restored)
+        committed = producer.join()
+        drain = wait_until(lambda: _drained(engine), 90, "the drain after the outages")
+        assert all(w.alive() for w in fleet.workers), fleet.logs()
+        result = audit_delivery(
+            engine, collector, committed, duplicate_bound=cuts * WORKERS * BATCH
+        )
+        logs = fleet.logs()
+        codes = fleet.stop()
+    finally:
+        fleet.stop()
+    assert set(codes.values()) == {0}, codes
+    assert "broker unavailable" in logs
+    report(
+        "broker-cut",
+        events=result.events,
+        cuts=cuts,
+        outage_s=outage,
+        duplicates=result.duplicates,
+        bound=cuts * WORKERS * BATCH,
+        reconnect_s=max(recoveries),
+        final_drain_s=drain,
+        failed=result.statuses.get("failed", 0),
+    )
