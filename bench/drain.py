@@ -4,7 +4,7 @@ is N over the time from that commit until no row is pending or processing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +40,29 @@ class Workload:
         }
 
 
+def truncate(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE outbox"))
+
+
 def measure(
-    work: Workload, count: int, reps: int, *, timeout: float = 600.0, check_queue: bool = True
+    work: Workload,
+    count: int,
+    reps: int,
+    *,
+    timeout: float = 600.0,
+    check_queue: bool = True,
+    reset: Callable[[sa.Engine], None] = truncate,
 ) -> dict[str, Any]:
-    """Drain ``count`` rows ``reps`` times with one set of workers; rates in rows/s."""
+    """Drain ``count`` rows ``reps`` times with one set of workers; rates in rows/s.
+
+    ``reset`` runs before the workers start and after every drain (default: empty the table).
+    """
     engine = sa.create_engine(work.database_url)
     rates: list[float] = []
     delivered: list[int] = []
     try:
-        with engine.begin() as conn:
-            conn.execute(sa.text("TRUNCATE outbox"))
+        reset(engine)
         work.route.purge()
         with procs.workers(work.argv, work.env(), work.processes, ready=work.ready) as running:
             time.sleep(0.3)  # let every worker finish its first (empty) claim
@@ -58,6 +71,7 @@ def measure(
                 if check_queue:
                     delivered.append(work.route.depth())
                 work.route.purge()
+                reset(engine)
     finally:
         engine.dispose()
     result = summarize(rates)

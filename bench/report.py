@@ -1,0 +1,30 @@
+"""``docs/benchmarks.md`` from ``bench/results/*.json``: headline ratios, tables, plots, notes.
+
+``python -m bench --report-only`` rebuilds it from saved results.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import markdown, plots
+
+
+def load(results: Path) -> dict[str, dict[str, Any]]:
+    """Every section's saved record, by section name."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def write(results: Path, docs: Path) -> Path:
+    """Draw the plots next to ``docs`` (in ``img/``) and write the Markdown report."""
+    recs = load(results)
+    res = {k: v["data"] for k, v in recs.items()}
+    img = docs.parent / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    plots.throughput(res, img / "bench-throughput.png")
+    plots.latency(res.get("latency_polling", {}), img / "bench-latency-polling.png")
+    plots.history(res.get("history", {}), img / "bench-history.png")
+    docs.write_text(markdown.render(recs, res))
+    return docs
