@@ -37,6 +37,14 @@ class Settings:
     tick_seconds: float = 1.0
     confirm_timeout_seconds: float = 10.0
     max_payload_bytes: int = 1_048_576
+    #: Celery queue of the relay's own tasks (claim_and_dispatch, tick, purge_sent).
+    queue: str = "relay"
+    #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.
+    max_fanout: int = 8
+    #: Sent rows older than this are deleted by the periodic purge.
+    retention_seconds: float = 7 * 86400.0
+    #: How often beat sends relay.purge_sent.
+    purge_interval_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
@@ -69,6 +77,20 @@ class Settings:
             "must be >= 1",
         )
         _check(bool(self.exchange.strip()), "RELAY_EXCHANGE", self.exchange, "must not be empty")
+        _check(bool(self.queue.strip()), "RELAY_QUEUE", self.queue, "must not be empty")
+        _check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
+        _check(
+            self.retention_seconds > 0,
+            "RELAY_RETENTION_SECONDS",
+            self.retention_seconds,
+            "must be > 0",
+        )
+        _check(
+            self.purge_interval_seconds > 0,
+            "RELAY_PURGE_INTERVAL_SECONDS",
+            self.purge_interval_seconds,
+            "must be > 0",
+        )
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),

@@ -170,8 +170,11 @@ class Dispatcher:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def drain(self, budget_seconds: float | None = None) -> Report:
-        """Run cycles while batches come back full and the time budget allows."""
+    def drain(
+        self, budget_seconds: float | None = None, stop: threading.Event | None = None
+    ) -> Report:
+        """Run cycles while batches come back full, the time budget allows and ``stop`` is
+        unset (a warm shutdown sets it: the batch in flight finishes and is recorded)."""
         budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self.clock() + budget
         total = Report()
@@ -179,6 +182,8 @@ class Dispatcher:
             report = self.run_once()
             total.add(report)
             if not report.last_batch_full or report.broker_error or self.clock() >= deadline:
+                return total
+            if stop is not None and stop.is_set():
                 return total
 
     def loop(self, stop: threading.Event, *, idle_seconds: float | None = None) -> Report:

@@ -37,11 +37,18 @@ def normalize_url(url: str) -> str:
 
 
 def create_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for the outbox database, tuned per dialect (pre-ping; SQLite WAL)."""
+    """An engine for the outbox database, tuned per dialect.
+
+    SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
+    writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
+    claim's locking reads take no gap locks that would block producers' INSERTs.
+    """
     url = normalize_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
-        options["connect_args"] = {"timeout": 30}
+        options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
+    elif url.startswith(("mysql", "mariadb")):
+        options["isolation_level"] = "READ COMMITTED"
     options.update(kwargs)
     try:
         engine = sa.create_engine(url, **options)
@@ -49,15 +56,34 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
         raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_begin_immediate)
     return engine
 
 
+#: How long a SQLite writer waits for the lock before "database is locked".
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+
+
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own BEGIN is deferred and skipped before SELECTs; SQLAlchemy's "begin" event
+    # emits ours instead (the recipe in SQLAlchemy's SQLite docs).
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
+
+
+def _sqlite_begin_immediate(conn: Connection) -> None:
+    # A deferred transaction that reads and then writes fails at once with SQLITE_BUSY when
+    # another process wrote meanwhile (the busy timeout does not apply); taking the write lock
+    # up front makes it wait its turn instead.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+#: Advisory lock key of the sent-row purge (an arbitrary constant: "relay purge" in ASCII).
+PURGE_LOCK_KEY = 0x72656C6179707267
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +207,11 @@ class Store:
             expired = int(conn.execute(self.dialect.expired_leases()).scalar() or 0)
         return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
 
+    def backlog(self, limit: int) -> int:
+        """Claimable rows right now, counted up to ``limit``: cost bounded whatever the history."""
+        with self._tx() as conn:
+            return int(conn.execute(self.dialect.backlog(limit)).scalar() or 0)
+
     def list_failed(self, limit: int = 100) -> list[dict[str, Any]]:
         """Dead-lettered rows, oldest first."""
         with self._tx() as conn:
@@ -197,12 +228,24 @@ class Store:
             return conn.execute(self.dialect.purge_failed(ids)).rowcount
 
     def purge_sent(
-        self, older_than_seconds: float, batch_size: int = 1000, max_batches: int | None = None
+        self,
+        older_than_seconds: float,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+        *,
+        exclusive: bool = False,
     ) -> int:
-        """Delete sent rows older than the retention in short transactions of ``batch_size``."""
+        """Delete sent rows older than the retention in short transactions of ``batch_size``.
+
+        ``exclusive``: each batch first takes the purge lock and the purge stops when another
+        purger holds it, so a fleet deletes one batch at a time.
+        """
         total = batches = 0
         while max_batches is None or batches < max_batches:
             with self._tx() as conn:
+                if exclusive and not self.dialect.try_lock(conn, PURGE_LOCK_KEY):
+                    log.info("another purge is running; leaving the rest to it")
+                    break
                 n = conn.execute(self.dialect.purge_sent(older_than_seconds, batch_size)).rowcount
             total += n
             batches += 1

@@ -80,15 +80,23 @@ class Dialect:
     # -- claim -------------------------------------------------------------------------------
     def claimable(self) -> ColumnElement[bool]:
         """Rows a worker may claim now: due pending rows, expired leases, heads of their key."""
-        now = self.now()
-        due = or_(
-            and_(
-                outbox.c.status == PENDING,
-                or_(outbox.c.next_retry_at.is_(None), outbox.c.next_retry_at <= now),
-            ),
-            and_(outbox.c.status == PROCESSING, outbox.c.locked_until < now),
+        due = or_(self.pending_due(), self.lease_expired())
+        return and_(outbox.c.status.in_([PENDING, PROCESSING]), due, self.head_of_key())
+
+    def pending_due(self) -> ColumnElement[bool]:
+        """Pending rows whose ``next_retry_at`` has passed (or was never set)."""
+        return and_(
+            outbox.c.status == PENDING,
+            or_(outbox.c.next_retry_at.is_(None), outbox.c.next_retry_at <= self.now()),
         )
-        head_of_key = or_(
+
+    def lease_expired(self) -> ColumnElement[bool]:
+        """Processing rows whose holder's lease has run out."""
+        return and_(outbox.c.status == PROCESSING, outbox.c.locked_until < self.now())
+
+    def head_of_key(self) -> ColumnElement[bool]:
+        """Rows with no ordering key, or with no unsent row of their key ahead of them."""
+        return or_(
             outbox.c.ordering_key.is_(None),
             ~exists(
                 select(_ahead.c.id).where(
@@ -98,7 +106,6 @@ class Dialect:
                 )
             ),
         )
-        return and_(outbox.c.status.in_([PENDING, PROCESSING]), due, head_of_key)
 
     def claim(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
@@ -215,6 +222,18 @@ class Dialect:
         return select(func.count()).where(
             outbox.c.status == PROCESSING, outbox.c.locked_until < self.now()
         )
+
+    def backlog(self, limit: int) -> Select[Any]:
+        """How many rows are claimable now, counting no further than ``limit`` (bounded scan)."""
+        claimable = select(outbox.c.id).where(self.claimable()).limit(limit).subquery()
+        return select(func.count()).select_from(claimable)
+
+    def try_lock(self, conn: Connection, key: int) -> bool:
+        """Take the exclusive lock ``key`` until the open transaction ends, if it is free.
+
+        The base has no such lock and says yes: its callers must be harmless when run twice.
+        """
+        return True
 
     def list_failed(self, limit: int) -> Select[Any]:
         """Dead-lettered rows, oldest first."""

@@ -55,3 +55,8 @@ class PostgresDialect(Dialect):
     ) -> Sequence[RowMapping]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
         return conn.execute(stmt).mappings().all()
+
+    def try_lock(self, conn: Connection, key: int) -> bool:
+        """``pg_try_advisory_xact_lock``: released at commit, so it also works behind a
+        transaction-pooling proxy."""
+        return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())

@@ -1,0 +1,275 @@
+"""The Celery glue: the relay's tasks, its beat entries and the after-commit wake-up.
+
+``celery -A relay worker|beat`` finds :data:`app` here by Celery's convention (the package has no
+``app`` attribute, so Celery imports ``relay.celery``). To add the relay to an application's
+existing Celery app instead, call :func:`install` once where that app is built, and let some
+workers consume ``RELAY_QUEUE``::
+
+    from relay.celery import install
+    install(app, Settings.from_env())
+
+This is the only module besides ``relay.cli`` that imports Celery.
+
+Fan-out rule of the tick (every ``RELAY_TICK_SECONDS``): the tick drains like any
+``claim_and_dispatch``, so an idle outbox costs one claim statement and no message. When its
+first batch comes back full there is a backlog: it counts the claimable rows, at most
+``batch_size * max_fanout`` of them (a bounded scan of the partial index), and sends one more
+``claim_and_dispatch`` per batch counted, capped at ``max_fanout - 1``. Each task keeps draining
+while batches come back full, so one task per worker process keeps the fleet busy; tasks beyond
+the fleet's size only wait in the queue and expire after one tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, signals
+from celery.exceptions import SoftTimeLimitExceeded
+
+from relay import producer
+from relay.config import Settings
+from relay.dispatcher import Dispatcher, Report
+from relay.publisher import KombuPublisher
+from relay.store import Store
+
+log = logging.getLogger(__name__)
+
+CLAIM_AND_DISPATCH = "relay.claim_and_dispatch"
+TICK = "relay.tick"
+PURGE_SENT = "relay.purge_sent"
+#: Rows per purge transaction, and how many such transactions one purge task runs at most.
+PURGE_BATCH_SIZE, PURGE_MAX_BATCHES = 1000, 1000
+
+
+def fanout(backlog: int, batch_size: int, max_fanout: int) -> int:
+    """Extra ``claim_and_dispatch`` tasks a tick sends beside its own drain (see module doc)."""
+    if backlog <= 0:
+        return 0
+    return min(max_fanout - 1, math.ceil(backlog / batch_size))
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings of the relay's own app (``celeryconfig.py`` exposes the same)."""
+    return {
+        "broker_url": settings.broker_url,
+        "broker_connection_retry_on_startup": True,
+        "task_default_queue": settings.queue,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        # The lease, not the broker, guards each row: a task lost with its worker is replaced by
+        # the next tick, so acknowledging on receipt costs nothing and avoids redeliveries.
+        "task_acks_late": False,
+        # A prefetched task waits behind a whole drain; reserving one at a time lets idle
+        # workers take the fan-out instead.
+        "worker_prefetch_multiplier": 1,
+        "timezone": "UTC",
+        "enable_utc": True,
+    }
+
+
+class Runtime:
+    """One worker process's dispatcher: built on first use after fork, closed at shutdown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        #: Set by a warm shutdown: drains stop after the batch in flight.
+        self.stopping = threading.Event()
+        self._dispatcher: Dispatcher | None = None
+        self._pid = 0
+
+    def dispatcher(self) -> Dispatcher:
+        if self._pid != os.getpid():
+            self.forget()
+        if self._dispatcher is None:
+            s = self.settings
+            publisher = KombuPublisher(
+                s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds
+            )
+            self._dispatcher = Dispatcher(Store.from_url(s.database_url), publisher, s)
+            self._pid = os.getpid()
+        return self._dispatcher
+
+    def forget(self, *_: Any, **__: Any) -> None:
+        """After fork: drop what the parent built without closing it (its sockets are shared)."""
+        if self._dispatcher is not None:
+            self._dispatcher.store.engine.dispose(close=False)
+        self._dispatcher, self._pid = None, 0
+        self.stopping.clear()
+
+    def stop(self, *_: Any, **__: Any) -> None:
+        self.stopping.set()
+
+    def close(self, *_: Any, **__: Any) -> None:
+        dispatcher, self._dispatcher = self._dispatcher, None
+        if dispatcher is not None and self._pid == os.getpid():
+            dispatcher.publisher.close()
+            dispatcher.store.dispose()
+
+
+def _summary(report: Report) -> dict[str, Any]:
+    keys = ("claimed", "sent", "rescheduled", "buried", "released", "lost", "broker_error")
+    return {k: getattr(report, k) for k in keys}
+
+
+class Waker:
+    """Sends one ``claim_and_dispatch`` after a commit, from a background thread.
+
+    The commit only sets an event, so a slow or dead broker never holds the caller's commit;
+    wake-ups arriving while one is being sent coalesce into one more. A failed send is logged:
+    the tick picks the events up instead.
+    """
+
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self.app, self.settings = app, settings
+        self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def __call__(self) -> None:
+        if self._thread is None or self._pid != os.getpid():
+            self._start()
+        self._wanted.set()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._pid == os.getpid():
+                return
+            # After a fork the parent's thread does not exist here: start this process's own.
+            self._wanted = threading.Event()
+            self._thread = threading.Thread(target=self._run, name="relay-wake", daemon=True)
+            self._pid = os.getpid()
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            try:
+                self.app.send_task(
+                    CLAIM_AND_DISPATCH,
+                    queue=self.settings.queue,
+                    expires=self.settings.tick_seconds,
+                    retry=False,
+                )
+            except Exception as exc:
+                log.warning("relay wake-up not sent, the tick will relay the events: %s", exc)
+
+
+def enable_wakeup(app: Celery, settings: Settings) -> Waker:
+    """Make ``relay.enqueue`` send a ``claim_and_dispatch`` through ``app`` after each commit."""
+    waker = Waker(app, settings)
+    producer.configure(wake=waker)
+    return waker
+
+
+def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
+    """Register the relay's tasks and beat entries on ``app``; with ``wakeup``, wire
+    :func:`enable_wakeup`. Returns the per-process runtime the tasks use."""
+    runtime = Runtime(settings)
+    s = settings
+    common: dict[str, Any] = {
+        "ignore_result": True,
+        "queue": s.queue,
+        "acks_late": False,
+        # A drain's budget is half the lease; past 90% of it something hangs. The lease keeper
+        # stops with the task, so the rows become reclaimable when the lease runs out.
+        "soft_time_limit": max(1, int(s.lease_seconds * 0.9)),
+        "time_limit": max(2, math.ceil(s.lease_seconds)),
+    }
+
+    @app.task(name=CLAIM_AND_DISPATCH, expires=s.tick_seconds, **common)
+    def claim_and_dispatch() -> dict[str, Any]:
+        """Drain the outbox within the budget; any number may run at once (the lease decides)."""
+        report = Report()
+        if not runtime.stopping.is_set():
+            _guarded(lambda: report.add(runtime.dispatcher().drain(stop=runtime.stopping)))
+        return _summary(report)
+
+    @app.task(name=TICK, expires=s.tick_seconds, **common)
+    def tick() -> dict[str, Any]:
+        """Drain, and when the first batch shows a backlog, fan out more drains."""
+        report, extra = Report(), 0
+        if runtime.stopping.is_set():
+            return {"fanout": 0, **_summary(report)}
+
+        def work() -> None:
+            nonlocal extra
+            dispatcher = runtime.dispatcher()
+            report.add(dispatcher.run_once())
+            if not report.last_batch_full or report.broker_error:
+                return
+            backlog = dispatcher.store.backlog(s.batch_size * s.max_fanout)
+            extra = fanout(backlog, s.batch_size, s.max_fanout)
+            for _ in range(extra):
+                claim_and_dispatch.apply_async(expires=s.tick_seconds, queue=s.queue)
+            report.add(dispatcher.drain(stop=runtime.stopping))
+
+        _guarded(work)
+        return {"fanout": extra, **_summary(report)}
+
+    @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, queue=s.queue)
+    def purge_sent() -> int:
+        """Delete sent rows past the retention, one short transaction per batch, one purger."""
+        store = runtime.dispatcher().store
+        deleted = store.purge_sent(
+            s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
+        )
+        log.info("purged %d sent rows older than %gs", deleted, s.retention_seconds)
+        return deleted
+
+    app.add_periodic_task(
+        s.tick_seconds, tick.signature(), name=TICK, expires=s.tick_seconds, queue=s.queue
+    )
+    app.add_periodic_task(
+        s.purge_interval_seconds,
+        purge_sent.signature(),
+        name=PURGE_SENT,
+        expires=s.purge_interval_seconds,
+        queue=s.queue,
+    )
+    # weak=False: these handlers are bound methods of a runtime nothing else may reference.
+    signals.worker_process_init.connect(runtime.forget, weak=False)
+    signals.worker_shutting_down.connect(runtime.stop, weak=False)
+    signals.worker_process_shutdown.connect(runtime.close, weak=False)
+    signals.worker_shutdown.connect(runtime.close, weak=False)
+    if wakeup:
+        enable_wakeup(app, settings)
+    return runtime
+
+
+def _guarded(work: Callable[[], None]) -> None:
+    try:
+        work()
+    except SoftTimeLimitExceeded:
+        log.warning("relay task hit its soft time limit; its leased rows will be reclaimed")
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    """A Celery app running only the relay, configured from ``settings`` (default: env)."""
+    settings = Settings.from_env() if settings is None else settings
+    app = Celery("relay")
+    app.conf.update(celery_config(settings))
+    install(app, settings)
+    return app
+
+
+app: Celery
+
+
+def __getattr__(name: str) -> Any:
+    # Built on first access, so `from relay.celery import install` reads no environment.
+    if name == "app":
+        globals()["app"] = created = create_app()
+        return created
+    raise AttributeError(f"module 'relay.celery' has no attribute {name!r}")
+
+
+__all__ = ["Runtime", "Waker", "app", "celery_config", "create_app", "enable_wakeup", "install"]
