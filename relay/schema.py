@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
     CheckConstraint,
     Column,
-    DateTime,
     Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
-    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import SchemaItem
 
 from relay.records import Status
+from relay.timestamps import MYSQL_NAMES, UtcDateTime, utc_now
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -34,7 +37,8 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 #: SQLite only gives a never-reused id to an ``INTEGER PRIMARY KEY AUTOINCREMENT`` column.
 IdType = BigInteger().with_variant(Integer(), "sqlite")
-Timestamp = DateTime(timezone=True)
+#: timestamptz on PostgreSQL, DATETIME(6) in UTC on MySQL, UTC text on SQLite; aware in Python.
+Timestamp = UtcDateTime()
 
 STATUSES = ", ".join(f"'{s.value}'" for s in Status)
 UNFINISHED_SQL = "status IN ('pending', 'processing')"
@@ -53,24 +57,52 @@ outbox = Table(
     Column("locked_by", String(255), nullable=True),
     Column("locked_until", Timestamp, nullable=True),
     Column("last_error", Text, nullable=True),
-    Column("created_at", Timestamp, nullable=False, server_default=func.now()),
-    Column("updated_at", Timestamp, nullable=False, server_default=func.now()),
+    Column("created_at", Timestamp, nullable=False, server_default=utc_now()),
+    Column("updated_at", Timestamp, nullable=False, server_default=utc_now()),
     Column("sent_at", Timestamp, nullable=True),
     CheckConstraint(f"status IN ({STATUSES})", name="status"),
     CheckConstraint("attempt >= 0", name="attempt"),
     sqlite_autoincrement=True,
 )
 
+#: Partial indexes exist on PostgreSQL and SQLite only.
+PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+
+
+def only_on(item: Index, *dialect_names: str) -> Index:
+    """Create ``item`` on these databases only; ``applies_to`` tells Alembic's comparison."""
+    item.info["dialects"] = frozenset(dialect_names)
+    return item.ddl_if(callable_=_listed_dialect)
+
+
+def _listed_dialect(ddl: Any, target: Any, bind: Any, *_: Any, dialect: Dialect, **kw: Any) -> bool:
+    return applies_to(target, dialect.name)
+
+
+def applies_to(item: SchemaItem, dialect_name: str) -> bool:
+    """Whether ``item`` exists on a database of ``dialect_name`` (see :func:`only_on`)."""
+    names = getattr(item, "info", {}).get("dialects")
+    return names is None or dialect_name in names
+
+
 #: Claimable rows are found through an index over unfinished rows only, so a claim costs the
 #: same however many sent rows the table holds.
-Index(
-    "ix_outbox_claimable",
-    outbox.c.id,
-    postgresql_where=text(UNFINISHED_SQL),
-    sqlite_where=text(UNFINISHED_SQL),
+only_on(
+    Index(
+        "ix_outbox_claimable",
+        outbox.c.id,
+        postgresql_where=text(UNFINISHED_SQL),
+        sqlite_where=text(UNFINISHED_SQL),
+    ),
+    *PARTIAL_INDEX_DIALECTS,
 )
 
-#: Finds the rows ahead of a row of the same ordering key that are not yet sent.
+#: MySQL has no partial index: the claim reads one status at a time in id order from this one,
+#: which skips sent rows by seeking, not scanning.
+only_on(Index("ix_outbox_status_id", outbox.c.status, outbox.c.id), *sorted(MYSQL_NAMES))
+
+#: Finds the rows ahead of a row of the same ordering key that are not yet sent (on MySQL it
+#: also holds sent rows: a key's cost there grows with that key's own history).
 Index(
     "ix_outbox_ordering",
     outbox.c.ordering_key,

@@ -12,6 +12,14 @@ def for_name(name: str) -> Dialect:
         from relay.dialects.postgresql import PostgresDialect
 
         return PostgresDialect()
+    if name in ("mysql", "mariadb"):
+        from relay.dialects.mysql import MySQLDialect
+
+        return MySQLDialect()
+    if name == "sqlite":
+        from relay.dialects.sqlite import SQLiteDialect
+
+        return SQLiteDialect()
     raise ConfigError(
         f"RELAY_DATABASE_URL: database {name!r} is not supported (use postgresql, mysql or sqlite)"
     )

@@ -58,7 +58,7 @@ def test_claim_sets_the_lease_in_database_time(store: Store, engine: sa.Engine) 
     """A claim marks rows processing, locked_by me, attempt+1, locked_until = db now + lease."""
     (event_id,) = enqueue_many(engine, 1)
     with engine.connect() as conn:
-        before = conn.execute(sa.select(sa.func.now())).scalar()
+        before = conn.execute(sa.select(store.dialect.now())).scalar()
     (event,) = store.claim("w1", 10, lease_seconds=60)
     row = rows(engine, event_id)[event_id]
     assert (row["status"], row["locked_by"], row["attempt"], event.attempt) == (

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
+from relay import dialects
 from relay.exceptions import EventError
 from relay.producer import Producer
 from relay.schema import outbox
@@ -63,7 +64,8 @@ def test_delay_is_counted_from_database_time(engine: sa.Engine) -> None:
     """delay sets next_retry_at = DB now + delay, and the row is not claimable before it."""
     with Session(engine) as session, session.begin():
         event_id = relay.enqueue(session, "later", {}, delay=timedelta(minutes=5))
-        now = session.execute(sa.select(sa.func.now())).scalar_one()
+        clock = dialects.for_name(engine.dialect.name)
+        now = session.execute(sa.select(clock.now())).scalar_one()
     row = rows(engine, event_id)[event_id]
     assert 299 <= (row["next_retry_at"] - now).total_seconds() <= 301
     assert Store(engine).claim("w", 10, lease_seconds=30) == []

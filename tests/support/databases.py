@@ -6,9 +6,12 @@ every test a fresh copy, so races run on real commits without tests seeing each 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -29,6 +32,10 @@ class Backend:
 
     def create(self) -> str:
         """A fresh migrated database; returns its URL."""
+        raise NotImplementedError
+
+    def create_empty(self) -> str:
+        """A fresh database without the outbox schema; returns its URL."""
         raise NotImplementedError
 
     def drop(self, url: str) -> None:
@@ -68,6 +75,12 @@ class PostgresBackend(Backend):
             conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
         return self.url_for(name)
 
+    def create_empty(self) -> str:
+        name = f"relay_e_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        return self.url_for(name)
+
     def drop(self, url: str) -> None:
         name = sa.make_url(url).database
         with self.admin.connect() as conn:
@@ -79,9 +92,111 @@ class PostgresBackend(Backend):
         self.admin.dispose()
 
 
+class MySQLBackend(Backend):
+    """MySQL 8 or MariaDB >= 10.6: a database per test, its tables cloned from the template's
+    with ``CREATE TABLE … LIKE`` (indexes, defaults and checks included)."""
+
+    name = "mysql"
+    TABLES = ("outbox", "relay_alembic_version")
+
+    def __init__(self) -> None:
+        self.template = f"relay_tpl_{uuid.uuid4().hex[:10]}"
+        self._admin: sa.Engine | None = None
+
+    @property
+    def admin(self) -> sa.Engine:
+        if self._admin is None:
+            self._admin = sa.create_engine(services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        return self._admin
+
+    def url_for(self, database: str) -> str:
+        return sa.make_url(services.MYSQL_ADMIN_URL).set(database=database).render_as_string(False)
+
+    def require(self) -> None:
+        services.require("MySQL/MariaDB", services.MYSQL_ADMIN_URL)
+
+    def prepare(self) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE `{self.template}`"))
+        migrate.upgrade(self.url_for(self.template))
+
+    def create(self) -> str:
+        name = f"relay_t_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE `{name}`"))
+            for table in self.TABLES:
+                conn.execute(
+                    sa.text(f"CREATE TABLE `{name}`.{table} LIKE `{self.template}`.{table}")
+                )
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO `{name}`.relay_alembic_version "
+                    f"SELECT * FROM `{self.template}`.relay_alembic_version"
+                )
+            )
+        return self.url_for(name)
+
+    def create_empty(self) -> str:
+        name = f"relay_e_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE `{name}`"))
+        return self.url_for(name)
+
+    def drop(self, url: str) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{sa.make_url(url).database}`"))
+
+    def finish(self) -> None:
+        self.drop(self.url_for(self.template))
+        self.admin.dispose()
+
+
+class SQLiteBackend(Backend):
+    """A migrated template file, copied per test."""
+
+    name = "sqlite"
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="relay-sqlite-"))
+        self.template = self.root / "template.sqlite3"
+
+    def require(self) -> None:
+        """Embedded: always available."""
+
+    def prepare(self) -> None:
+        url = f"sqlite:///{self.template}"
+        migrate.upgrade(url)
+        # Fold the write-ahead log into the file so that copying the file copies everything.
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        engine.dispose()
+
+    def create(self) -> str:
+        path = self.root / f"t_{uuid.uuid4().hex[:12]}.sqlite3"
+        shutil.copyfile(self.template, path)
+        return f"sqlite:///{path}"
+
+    def create_empty(self) -> str:
+        return f"sqlite:///{self.root / f'e_{uuid.uuid4().hex[:12]}.sqlite3'}"
+
+    def drop(self, url: str) -> None:
+        path = sa.make_url(url).database
+        assert path is not None
+        for suffix in ("", "-wal", "-shm"):
+            Path(path + suffix).unlink(missing_ok=True)
+
+    def finish(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 #: Backends by name; the integration suite runs over every one listed in ``ENABLED``.
-BACKENDS: dict[str, Callable[[], Backend]] = {"postgresql": PostgresBackend}
-ENABLED = ["postgresql"]
+BACKENDS: dict[str, Callable[[], Backend]] = {
+    "postgresql": PostgresBackend,
+    "mysql": MySQLBackend,
+    "sqlite": SQLiteBackend,
+}
+ENABLED = ["postgresql", "mysql", "sqlite"]
 
 
 class BackendPool:
@@ -102,9 +217,10 @@ class BackendPool:
         return backend
 
     @contextmanager
-    def database(self, name: str) -> Iterator[str]:
+    def database(self, name: str, *, migrated: bool = True) -> Iterator[str]:
+        """A throw-away database of backend ``name``, dropped afterwards."""
         backend = self.get(name)
-        url = backend.create()
+        url = backend.create() if migrated else backend.create_empty()
         try:
             yield url
         finally:

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
+from relay import dialects
 from relay.schema import outbox
 
 
@@ -33,14 +34,11 @@ def count_by_status(engine: sa.Engine) -> dict[str, int]:
 
 
 def expire_leases(engine: sa.Engine) -> None:
-    """Move every lease into the past, as if the lease time had elapsed (database time)."""
+    """Move every lease one second into the past, as if it had run out (database time)."""
+    clock = dialects.for_name(engine.dialect.name)
     with engine.begin() as conn:
         conn.execute(
             sa.update(outbox)
             .where(outbox.c.status == "processing")
-            .values(locked_until=sa.func.now() - sa.text("interval '1 second'"))
-            if engine.dialect.name == "postgresql"
-            else sa.update(outbox)
-            .where(outbox.c.status == "processing")
-            .values(locked_until=outbox.c.created_at)
+            .values(locked_until=clock.now_plus(sa.literal(-1.0, sa.Float)))
         )

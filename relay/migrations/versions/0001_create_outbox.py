@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import mysql, postgresql
 
 revision = "0001"
 down_revision = None
@@ -18,11 +18,22 @@ depends_on = None
 
 UNFINISHED = "status IN ('pending', 'processing')"
 ORDERED_UNSENT = "ordering_key IS NOT NULL AND status <> 'sent'"
+MYSQL = ("mysql", "mariadb")
+#: The database clock as a column default, in UTC where the column holds no zone (a frozen
+#: copy of relay.timestamps.utc_now: a migration must not change when the package does).
+NOW_DEFAULT = {
+    "postgresql": "now()",
+    "mysql": "(UTC_TIMESTAMP(6))",
+    "mariadb": "(UTC_TIMESTAMP(6))",
+    "sqlite": "(strftime('%Y-%m-%d %H:%M:%f000', 'now'))",
+}
 
 
 def upgrade() -> None:
+    dialect = op.get_context().dialect.name
     json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-    ts = sa.DateTime(timezone=True)
+    ts = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), *MYSQL)
+    now = sa.text(NOW_DEFAULT.get(dialect, "CURRENT_TIMESTAMP"))
     op.create_table(
         "outbox",
         sa.Column(
@@ -41,23 +52,27 @@ def upgrade() -> None:
         sa.Column("locked_by", sa.String(255), nullable=True),
         sa.Column("locked_until", ts, nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("created_at", ts, nullable=False, server_default=sa.func.now()),
-        sa.Column("updated_at", ts, nullable=False, server_default=sa.func.now()),
+        sa.Column("created_at", ts, nullable=False, server_default=now),
+        sa.Column("updated_at", ts, nullable=False, server_default=now),
         sa.Column("sent_at", ts, nullable=True),
         sa.CheckConstraint(
-            "status IN ('pending', 'processing', 'sent', 'failed')", name="ck_outbox_status"
+            "status IN ('pending', 'processing', 'sent', 'failed')", name=op.f("ck_outbox_status")
         ),
-        sa.CheckConstraint("attempt >= 0", name="ck_outbox_attempt"),
-        sa.PrimaryKeyConstraint("id", name="pk_outbox"),
+        sa.CheckConstraint("attempt >= 0", name=op.f("ck_outbox_attempt")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
         sqlite_autoincrement=True,
     )
-    op.create_index(
-        "ix_outbox_claimable",
-        "outbox",
-        ["id"],
-        postgresql_where=sa.text(UNFINISHED),
-        sqlite_where=sa.text(UNFINISHED),
-    )
+    if dialect in MYSQL:
+        # No partial indexes: the claim reads one status at a time in id order.
+        op.create_index("ix_outbox_status_id", "outbox", ["status", "id"])
+    else:
+        op.create_index(
+            "ix_outbox_claimable",
+            "outbox",
+            ["id"],
+            postgresql_where=sa.text(UNFINISHED),
+            sqlite_where=sa.text(UNFINISHED),
+        )
     op.create_index(
         "ix_outbox_ordering",
         "outbox",
@@ -68,6 +83,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    mysql_family = op.get_context().dialect.name in MYSQL
     op.drop_index("ix_outbox_ordering", table_name="outbox")
-    op.drop_index("ix_outbox_claimable", table_name="outbox")
+    op.drop_index(
+        "ix_outbox_status_id" if mysql_family else "ix_outbox_claimable", table_name="outbox"
+    )
     op.drop_table("outbox")

@@ -1,0 +1,81 @@
+"""SQLite (>= 3.35): one ``UPDATE … RETURNING`` claim inside a write transaction.
+
+SQLite has one writer at a time, so it needs no SKIP LOCKED: the store's engine opens every
+transaction with ``BEGIN IMMEDIATE`` (``relay.store.create_engine``), which takes the write
+lock up front and waits for it under the busy timeout, and the claim's sub-select and update
+then run under that lock. Correctness does not hang on the hook: a single UPDATE statement is
+serializable in SQLite anyway; without the hook a racing claimer would get "database is
+locked" instead of waiting.
+
+Times are UTC text in SQLAlchemy's layout (see ``relay.timestamps``), so they compare as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import ClassVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    RowMapping,
+    Update,
+    func,
+    literal,
+    literal_column,
+    select,
+    type_coerce,
+    update,
+)
+
+from relay.dialects.base import CLAIM_COLUMNS, Dialect
+from relay.schema import outbox
+from relay.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
+
+
+class SQLiteDialect(Dialect):
+    """SQLite >= 3.35 (``RETURNING``), one host, WAL."""
+
+    name: ClassVar[str] = "sqlite"
+
+    def now(self) -> ColumnElement[datetime]:
+        """``strftime('%Y-%m-%d %H:%M:%f000', 'now')``: UTC, fixed for the whole statement."""
+        return utc_now()
+
+    def now_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
+        """``strftime(<layout>, 'now', printf('%+.6f seconds', seconds))``."""
+        return func.strftime(
+            literal(SQLITE_FORMAT),
+            literal_column("'now'"),
+            func.printf(literal("%+.6f seconds"), seconds),
+            type_=UtcDateTime(),
+        )
+
+    def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
+        """``(julianday('now') - julianday(column)) * 86400``."""
+        days = func.julianday(literal_column("'now'")) - func.julianday(column)
+        return type_coerce(days * literal_column("86400.0"), Float)
+
+    def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
+        """Lease the oldest claimable rows picked by a sub-select, returning them."""
+        picked = (
+            select(outbox.c.id)
+            .where(self.claimable())
+            .order_by(outbox.c.id)
+            .limit(limit)
+            .scalar_subquery()
+        )
+        return (
+            update(outbox)
+            .where(outbox.c.id.in_(picked))
+            .values(**self.lease_values(worker, lease_seconds))
+            .returning(*CLAIM_COLUMNS)
+        )
+
+    def claim(
+        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+    ) -> Sequence[RowMapping]:
+        stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
+        return conn.execute(stmt).mappings().all()
