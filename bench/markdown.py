@@ -97,6 +97,27 @@ def _history(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _phases(data: dict[str, Any]) -> list[str]:
+    if not data:
+        return ["not run"]
+    runs = sorted(data.values(), key=lambda r: r["batch_size"])
+    phases = list(runs[0]["ms_per_batch"])
+    out = [
+        "| phase | "
+        + " | ".join(f"batch {r['batch_size']}: ms per batch (share)" for r in runs)
+        + " |",
+        "| --- |" + " --- |" * len(runs),
+    ]
+    for phase in phases:
+        cells = []
+        for r in runs:
+            ms, total = r["ms_per_batch"][phase], r["ms_per_batch"]["cycle total"]
+            cells.append(f"{ms:.1f} ({ms / total:.0%})")
+        out.append(f"| {phase} | " + " | ".join(cells) + " |")
+    out.append("| rows/s in-process | " + " | ".join(f"{r['rate']:,.0f}" for r in runs) + " |")
+    return out
+
+
 def _hook(rec: dict[str, Any] | None, module: str) -> list[str]:
     if rec is None or rec["data"].get("status") == "missing":
         return [
@@ -195,6 +216,16 @@ def render(recs: dict[str, Any], res: dict[str, Any]) -> str:
         _meta(recs, "relay_redis"),
         "",
         *(grid_table(res["relay_redis"]) if "relay_redis" in res else ["not run"]),
+        "",
+        "### Where one relay process spends its time",
+        _meta(recs, "relay_phases"),
+        "",
+        "`Dispatcher.drain()` in-process on PostgreSQL + RabbitMQ with a timer around each "
+        "phase (`message.build` runs inside the publish phase). Claim and outcome recording "
+        "are separate commits that run strictly before and after the broker I/O, so their time "
+        "adds to every batch.",
+        "",
+        *_phases(res.get("relay_phases", {})),
         "",
         "### The Celery fleet (`celery -A relay worker`)",
         "",

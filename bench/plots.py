@@ -52,7 +52,7 @@ def throughput(results: dict[str, Any], path: Path) -> None:
                 ("kombu_confirm_window_all", "--"),
             ):
                 if name in ceil:
-                    label = "ceiling: " + name.replace("kombu_confirm_", "confirm ")
+                    label = "ceiling: confirms per " + name.rsplit("_", 1)[1]
                     ax.axhline(ceil[name]["median"], linestyle=style, color="k", label=label)
             if naive:
                 best = max(r["median"] for r in naive.values())

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import ceiling, colleagues, fixtures, history, polling_latency, services, throughput
+from bench import (
+    ceiling,
+    colleagues,
+    fixtures,
+    history,
+    phases,
+    polling_latency,
+    services,
+    throughput,
+)
 from bench.plan import Plan
 
 
@@ -45,6 +54,10 @@ def relay_redis(plan: Plan) -> dict[str, Any]:
         )
 
 
+def relay_phases(plan: Plan) -> dict[str, Any]:
+    return phases.run(services.AMQP_URL, plan.grid_rows, [100, 500])
+
+
 def latency_polling(plan: Plan) -> dict[str, Any]:
     return polling_latency.run(
         services.AMQP_URL, plan.latency_rates, plan.latency_ticks, plan.latency_seconds
@@ -72,6 +85,7 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "naive": naive,
     "relay_rabbitmq": relay_rabbitmq,
     "relay_redis": relay_redis,
+    "relay_phases": relay_phases,
     "latency_polling": latency_polling,
     "history": history_scaling,
     "fleet": fleet,
