@@ -80,7 +80,8 @@ class Worker:
         return self.proc.poll() is None
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
 
@@ -111,6 +112,11 @@ class Fleet:
     @property
     def alive(self) -> list[Worker]:
         return [w for w in self.workers if w.alive()]
+
+    def assert_alive(self) -> None:
+        """Fail with the logs when a worker exited on its own."""
+        dead = [w.name for w in self.workers if not w.alive() and w.proc.returncode != -9]
+        assert not dead, f"workers {dead} exited:\n{self.logs()}"
 
     def by_pid(self, pid: int) -> Worker | None:
         return next((w for w in self.workers if w.pid == pid and w.alive()), None)

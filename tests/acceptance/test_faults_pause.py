@@ -1,0 +1,137 @@
+"""Fault: a relay worker paused (SIGSTOP) past its lease while holding a batch, then resumed."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from relay.schema import outbox
+from relay.store import create_engine
+from tests.support.broker import Collector
+from tests.support.fleet import (
+    Fleet,
+    Worker,
+    audit_delivery,
+    enqueue_committed,
+    holders,
+    relay_env,
+    report,
+    statuses,
+    wait_until,
+)
+
+BATCH = 100
+LEASE = 2
+
+
+@pytest.fixture
+def engine(pg_url: str) -> Iterator[sa.Engine]:
+    eng = create_engine(pg_url)
+    yield eng
+    eng.dispose()
+
+
+def _held_by(engine: sa.Engine, pid: int) -> dict[int, tuple[str, int]]:
+    """Rows ``pid`` holds in processing: id -> (locked_by, attempt)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(outbox.c.id, outbox.c.locked_by, outbox.c.attempt).where(
+                outbox.c.status == "processing", outbox.c.locked_by.like(f"%:{pid}:%")
+            )
+        ).all()
+    return {r.id: (r.locked_by, r.attempt) for r in rows}
+
+
+def _rows(engine: sa.Engine, ids: set[int]) -> dict[int, tuple[str, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(outbox.c.id, outbox.c.status, outbox.c.locked_by).where(outbox.c.id.in_(ids))
+        ).all()
+    return {r.id: (r.status, r.locked_by) for r in rows}
+
+
+def _pause_one_holding_a_batch(fleet: Fleet, engine: sa.Engine) -> tuple[Worker, dict[int, Any]]:
+    """SIGSTOP a worker caught holding rows; retried until one is frozen mid-batch."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        fleet.assert_alive()
+        for pid in holders(engine):
+            worker = fleet.by_pid(pid)
+            if worker is None:
+                continue
+            fleet.signal(worker, signal.SIGSTOP)
+            held = _held_by(engine, pid)
+            if held:
+                return worker, held
+            fleet.signal(worker, signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError("no worker was caught holding a batch")
+
+
+@pytest.mark.timeout(120)
+def test_paused_worker_is_fenced_out_its_rows_go_to_others_and_it_rejoins(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    tmp_path: Path,
+) -> None:
+    """Paused past its lease: others deliver its rows; on resume it logs "lease lost", changes
+    nothing, then works normally; duplicates <= one batch."""
+    ids = enqueue_committed(engine, 6000)
+    env = relay_env(
+        pg_url,
+        amqp_url,
+        exchange_name,
+        batch_size=BATCH,
+        lease_seconds=LEASE,
+        confirm_timeout_seconds=1,
+    )
+    fleet = Fleet(env, tmp_path)
+    try:
+        fleet.start(2)
+        paused, held = _pause_one_holding_a_batch(fleet, engine)
+        fleet.start(1)
+        others = [w for w in fleet.workers if w is not paused]
+        stopped = time.monotonic()
+        recovered = wait_until(
+            lambda: all(s == "sent" for s, _ in _rows(engine, set(held)).values()),
+            30,
+            "the paused worker's rows to be delivered by others",
+        )
+        after_others = _rows(engine, set(held))
+        assert all(by != held[i][0] for i, (_, by) in after_others.items()), "not reclaimed"
+        assert time.monotonic() - stopped >= LEASE, "reclaimed before the lease expired"
+        wait_until(lambda: statuses(engine).keys() == {"sent"}, 60, "the others to drain")
+
+        fleet.signal(paused, signal.SIGCONT)
+        wait_until(lambda: "lease lost" in paused.log(), 30, "the fence to refuse its completion")
+        assert _rows(engine, set(held)) == after_others, "a late completion changed a row"
+
+        for w in others:
+            w.proc.send_signal(signal.SIGTERM)
+            assert w.proc.wait(timeout=30) == 0
+        more = enqueue_committed(engine, 1000)
+        wait_until(lambda: statuses(engine).keys() == {"sent"}, 60, "the resumed worker to drain")
+        by = {b for _, b in _rows(engine, set(more)).values()}
+        assert {b.split(":")[1] for b in by} == {str(paused.pid)}, "it did not rejoin"
+        result = audit_delivery(engine, collector, ids + more, duplicate_bound=BATCH)
+        assert paused.alive()
+    finally:
+        codes = fleet.stop()
+    assert codes[paused.name] == 0, paused.log()
+    report(
+        "sigstop",
+        events=result.events,
+        held_by_paused=len(held),
+        duplicates=result.duplicates,
+        bound=BATCH,
+        reclaimed_after_s=recovered,
+    )
