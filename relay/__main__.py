@@ -1,0 +1,5 @@
+"""``python -m relay`` is the ``relay`` command."""
+
+from relay.cli import main
+
+raise SystemExit(main())
