@@ -8,6 +8,7 @@ relay's own claim + mark-sent statements with no broker (``bench.sqlonly``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -106,7 +107,7 @@ def pyamqp_windowed(route: fixtures.Route, msgs: list[OutgoingMessage], window: 
     )
     conn.connect()
     try:
-        channel = conn.channel()
+        channel: Any = conn.channel()
         channel.confirm_select()
         confirms = _Confirms()
         channel.events["basic_ack"].add(confirms.on_ack)
@@ -183,7 +184,7 @@ def publish_ceilings(
             w = window or count
             label = "all" if window == 0 else str(window)
             out[f"kombu_confirm_window_{label}"] = _repeat(
-                route, reps, count, lambda w=w: kombu_windowed(route, msgs, w)
+                route, reps, count, functools.partial(kombu_windowed, route, msgs, w)
             )
         out["pyamqp_confirm_window_1000"] = _repeat(
             route, reps, count, lambda: pyamqp_windowed(route, msgs, 1000)

@@ -50,7 +50,7 @@ class Route:
     exchange_name: str
     queue_name: str
 
-    def _objects(self, channel: object) -> tuple[kombu.Exchange, kombu.Queue]:
+    def _objects(self, channel: Any) -> tuple[kombu.Exchange, kombu.Queue]:
         exchange = kombu.Exchange(self.exchange_name, type="topic", durable=True)
         queue = kombu.Queue(self.queue_name, exchange, routing_key="#", durable=True)
         return exchange(channel), queue(channel)
@@ -78,7 +78,8 @@ class Route:
             if self.is_redis:  # a virtual queue "exists" only while it holds messages
                 return int(channel._size(self.queue_name))
             _, queue = self._objects(channel)
-            return int(queue.queue_declare(passive=True).message_count)
+            declared: Any = queue.queue_declare(passive=True)
+            return int(declared.message_count)
 
     def delete(self) -> None:
         with kombu.Connection(self.url) as conn:

@@ -37,8 +37,8 @@ def _produce(url: str, rate: int, seconds: float, out: Any) -> None:
             for i in range(per_txn)
         ]
         with engine.begin() as conn:
-            ids = conn.execute(sa.insert(outbox).values(values).returning(outbox.c.id)).scalars()
-            ids = list(ids)
+            stmt = sa.insert(outbox).values(values).returning(outbox.c.id)
+            ids = list(conn.execute(stmt).scalars())
         committed = time.time()
         commits.extend((i, committed) for i in ids)
         n += 1
