@@ -15,6 +15,7 @@ from relay.exceptions import ConfigError
 from relay.urls import redact
 
 DEFAULT_DATABASE_URL = "sqlite:///relay.sqlite3"
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 DEFAULT_BROKER_URL = "sqla+sqlite:///relay-broker.sqlite3"
 
 T = TypeVar("T")
@@ -36,7 +37,7 @@ class Settings:
     backoff_max_seconds: float = 300.0
     tick_seconds: float = 1.0
     confirm_timeout_seconds: float = 10.0
-    max_payload_bytes: int = 1_048_576
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     #: Celery queue of the relay's own tasks (claim_and_dispatch, tick, purge_sent).
     queue: str = "relay"
     #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.
@@ -163,3 +164,15 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "int": _parse_int,
     "float": _parse_float,
 }
+
+
+def max_payload_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """``RELAY_MAX_PAYLOAD_BYTES`` alone, for the producer, which must not fail on a bad value
+    of an unrelated relay setting inside the application's transaction."""
+    env = os.environ if environ is None else environ
+    raw = env.get("RELAY_MAX_PAYLOAD_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_PAYLOAD_BYTES
+    value = _parse("RELAY_MAX_PAYLOAD_BYTES", raw, _parse_int)
+    _check(value >= 1, "RELAY_MAX_PAYLOAD_BYTES", value, "must be >= 1")
+    return value

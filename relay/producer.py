@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, event
 from sqlalchemy.orm import Session
 
-from relay import dialects
+from relay import config, dialects
 from relay.exceptions import EventError
 from relay.message import RESERVED_HEADERS, encode_body
 from relay.schema import outbox
@@ -25,7 +25,7 @@ from relay.schema import outbox
 log = logging.getLogger(__name__)
 
 MAX_NAME_BYTES = 255  # an AMQP routing key is a shortstr: at most 255 bytes
-DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+DEFAULT_MAX_PAYLOAD_BYTES = config.DEFAULT_MAX_PAYLOAD_BYTES
 
 #: Called once after a transaction that enqueued events commits (see :func:`on_commit`).
 WakeUp = Callable[[], None]
@@ -180,7 +180,14 @@ def _arm_wake(target: Session | Connection, wake: WakeUp) -> None:
     event.listen(target, "after_rollback" if session else "rollback", forget)
 
 
-_default = Producer()
+_default: Producer | None = None
+
+
+def _default_producer() -> Producer:
+    global _default  # the one process-wide producer behind relay.enqueue
+    if _default is None:
+        _default = Producer(max_payload_bytes=config.max_payload_bytes_from_env())
+    return _default
 
 
 def enqueue(
@@ -197,7 +204,7 @@ def enqueue(
     A rollback of that transaction leaves no event. Bad input raises ``EventError`` naming the
     field, before anything is written.
     """
-    return _default.enqueue(
+    return _default_producer().enqueue(
         session_or_connection,
         event_type,
         payload,
@@ -209,10 +216,11 @@ def enqueue(
 
 def configure(*, max_payload_bytes: int | None = None, wake: WakeUp | None = None) -> Producer:
     """Set the payload cap and the after-commit wake-up of :func:`enqueue`; returns it."""
+    producer = _default_producer()
     if max_payload_bytes is not None:
         if max_payload_bytes < 1:
             raise EventError("max_payload_bytes", "must be >= 1")
-        _default.max_payload_bytes = max_payload_bytes
+        producer.max_payload_bytes = max_payload_bytes
     if wake is not None:
-        _default.wake = wake
-    return _default
+        producer.wake = wake
+    return producer

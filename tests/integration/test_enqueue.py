@@ -145,3 +145,18 @@ def test_wake_fires_once_per_committed_transaction(engine: sa.Engine) -> None:
     assert wakes == [1, 1]
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar() == 6
+
+
+def test_payload_cap_comes_from_the_environment(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELAY_MAX_PAYLOAD_BYTES sets relay.enqueue's cap; over it the event is refused."""
+    from relay import producer
+
+    monkeypatch.setenv("RELAY_MAX_PAYLOAD_BYTES", "64")
+    monkeypatch.setattr(producer, "_default", None)
+    with Session(engine) as session, session.begin():
+        relay.enqueue(session, "small", {"x": "y" * 10})
+        with pytest.raises(EventError, match="over the cap of 64"):
+            relay.enqueue(session, "big", {"x": "y" * 100})
+    assert [r["event_type"] for r in rows(engine).values()] == ["small"]
