@@ -1,0 +1,190 @@
+"""Fault: the relay's database sessions terminated repeatedly, and the database restarted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from relay.store import create_engine
+from tests.support import databases, services
+from tests.support.broker import Collector
+from tests.support.fleet import (
+    Fleet,
+    SteadyProducer,
+    audit_delivery,
+    enqueue_committed,
+    ids_with_status,
+    relay_env,
+    report,
+    statuses,
+    wait_until,
+)
+
+BATCH = 100
+#: Smaller batches on restart so the drain is still running when the database comes back.
+RESTART_BATCH = 50
+WORKERS = 3
+FLEET_APP = "relay-fleet"
+
+
+@pytest.fixture
+def engine(pg_url: str) -> Iterator[sa.Engine]:
+    eng = create_engine(pg_url)
+    yield eng
+    eng.dispose()
+
+
+def _fleet_url(pg_url: str) -> str:
+    """The relay's URL, tagged so the test can find (and terminate) only the fleet's sessions."""
+    return (
+        sa.make_url(pg_url)
+        .update_query_dict({"application_name": FLEET_APP})
+        .render_as_string(hide_password=False)
+    )
+
+
+def _terminate_fleet_sessions(admin: sa.Engine, database: str) -> int:
+    with admin.connect() as conn:
+        return len(
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = :db AND application_name = :app"
+                ),
+                {"db": database, "app": FLEET_APP},
+            ).all()
+        )
+
+
+def _drained(engine: sa.Engine) -> bool:
+    s = statuses(engine)
+    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
+
+
+@pytest.mark.timeout(150)
+def test_terminated_database_sessions_reconnect_and_lose_nothing(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    tmp_path: Path,
+) -> None:
+    """pg_terminate_backend on every fleet session, every 0.3 s for 6 s: all delivered."""
+    admin = sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    database = str(sa.make_url(pg_url).database)
+    env = relay_env(_fleet_url(pg_url), amqp_url, exchange_name, batch_size=BATCH)
+    fleet = Fleet(env, tmp_path)
+    producer = SteadyProducer(engine, total=6000, seconds=6.0)
+    rounds = terminated = 0
+    try:
+        fleet.start(WORKERS)
+        producer.start()
+        wait_until(lambda: ids_with_status(engine, "sent"), 30, "the first deliveries")
+        while not producer.done:
+            terminated += _terminate_fleet_sessions(admin, database)
+            rounds += 1
+            # Pacing between faults (not synchronisation): the fleet works between them.
+            time.sleep(0.3)
+            fleet.assert_alive()
+        last = time.monotonic()
+        committed = producer.join()
+        wait_until(lambda: _drained(engine), 60, "the drain after the last termination")
+        recover = time.monotonic() - last
+        fleet.assert_alive()
+        result = audit_delivery(
+            engine, collector, committed, duplicate_bound=rounds * WORKERS * BATCH
+        )
+        codes = fleet.stop()
+    finally:
+        fleet.stop()
+        admin.dispose()
+    assert set(codes.values()) == {0}, codes
+    assert terminated >= rounds, "the faults never hit a session"
+    report(
+        "pg-terminate",
+        events=result.events,
+        rounds=rounds,
+        sessions_terminated=terminated,
+        duplicates=result.duplicates,
+        recover_s=recover,
+    )
+
+
+def _pg_ctl(action: str) -> None:
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    cmd = ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action]
+    subprocess.run([*cmd, "-m", "fast"] if action == "stop" else cmd, check=True, timeout=60)
+
+
+def _accepts_connections(engine: sa.Engine) -> bool:
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not os.path.isdir("/etc/postgresql"), reason="needs a local pg_ctlcluster")
+def test_database_restart_mid_drain_workers_reconnect_and_lose_nothing(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    tmp_path: Path,
+    backend_pool: databases.BackendPool,
+) -> None:
+    """PostgreSQL restarted while the fleet drains: workers survive, reconnect, deliver all."""
+    ids = enqueue_committed(engine, 10_000)
+    env = relay_env(pg_url, amqp_url, exchange_name, batch_size=RESTART_BATCH)
+    fleet = Fleet(env, tmp_path)
+    try:
+        fleet.start(WORKERS)
+        wait_until(lambda: len(ids_with_status(engine, "sent")) >= 1000, 60, "1000 rows sent")
+        started = time.monotonic()
+        try:
+            _pg_ctl("stop")
+            stopped_s = time.monotonic() - started
+            # The outage: the database stays down this long (not synchronisation).
+            time.sleep(2.0)
+        finally:
+            _pg_ctl("start")
+        engine.dispose()
+        # The restart killed the pool's pooled admin session, which will drop this database.
+        admin = getattr(backend_pool.get("postgresql"), "admin", None)
+        if isinstance(admin, sa.Engine):
+            admin.dispose()
+        back = wait_until(lambda: _accepts_connections(engine), 60, "PostgreSQL to come back")
+        restart_s = time.monotonic() - started
+        unsent_when_back = len(ids) - len(ids_with_status(engine, "sent"))
+        wait_until(lambda: _drained(engine), 60, "the drain after the restart")
+        recover = time.monotonic() - started - restart_s
+        fleet.assert_alive()
+        result = audit_delivery(engine, collector, ids, duplicate_bound=WORKERS * RESTART_BATCH)
+        logs = fleet.logs()
+        codes = fleet.stop()
+    finally:
+        fleet.stop()
+    assert set(codes.values()) == {0}, codes
+    assert "database unavailable" in logs
+    assert unsent_when_back > 0, "the restart did not happen mid-drain"
+    report(
+        "pg-restart",
+        events=result.events,
+        restart_s=restart_s,
+        stop_s=stopped_s,
+        back_after_s=back,
+        unsent_when_back=unsent_when_back,
+        duplicates=result.duplicates,
+        recover_s=recover,
+    )
