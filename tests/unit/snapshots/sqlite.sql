@@ -1,0 +1,63 @@
+-- backlog: How many rows are claimable now, counting no further than ``limit`` (bounded scan).
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
+FROM outbox AS ahead
+WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent')))
+ LIMIT ? OFFSET ?) AS anon_1;
+
+-- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
+UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- claim_statement: Lease the oldest claimable rows picked by a sub-select, returning them.
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT outbox.id
+FROM outbox
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
+FROM outbox AS ahead
+WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at;
+
+-- count_by_status: Rows per status.
+SELECT outbox.status, count(*) AS count_1
+FROM outbox GROUP BY outbox.status;
+
+-- expired_leases: How many processing rows have an expired lease.
+SELECT count(*) AS count_1
+FROM outbox
+WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'));
+
+-- list_failed: Dead-lettered rows, oldest first.
+SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
+FROM outbox
+WHERE outbox.status = 'failed' ORDER BY outbox.id
+ LIMIT ? OFFSET ?;
+
+-- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
+UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')), sent_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
+SELECT (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
+FROM outbox
+WHERE outbox.status = 'pending'))) * 86400.0 AS anon_1;
+
+-- purge_failed: Delete failed rows (all, or those in ``ids``).
+DELETE FROM outbox WHERE outbox.status = 'failed';
+
+-- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
+DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
+FROM outbox
+WHERE outbox.status = 'sent' AND (julianday('now') - julianday(outbox.sent_at)) * 86400.0 > ? ORDER BY outbox.id
+ LIMIT ? OFFSET ?);
+
+-- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
+UPDATE outbox SET status='pending', attempt=(outbox.attempt - ?), next_retry_at=strftime(?, 'now', printf(?, ?)), locked_by=NULL, locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- renew: Extend the lease of rows still held; bind ``keys`` and ``lease_seconds``.
+UPDATE outbox SET locked_until=strftime(?, 'now', printf(?, ?)) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- reschedule: Failed rows with attempts left go back to pending after a per-row delay (executemany:
+UPDATE outbox SET status='pending', next_retry_at=strftime(?, 'now', printf(?, ?)), locked_by=NULL, locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
+UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.status = 'failed';
