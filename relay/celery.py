@@ -172,12 +172,15 @@ def enable_wakeup(app: Celery, settings: Settings) -> Waker:
 
 def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     """Register the relay's tasks and beat entries on ``app``; with ``wakeup``, wire
-    :func:`enable_wakeup`. Returns the per-process runtime the tasks use."""
+    :func:`enable_wakeup`. Returns the per-process runtime the tasks use.
+
+    Every message the relay sends names ``settings.queue`` (Celery deprecates a per-task queue
+    attribute, and ``install`` leaves the app's routes alone).
+    """
     runtime = Runtime(settings)
     s = settings
     common: dict[str, Any] = {
         "ignore_result": True,
-        "queue": s.queue,
         "acks_late": False,
         # A drain's budget is half the lease; past 90% of it something hangs. The lease keeper
         # stops with the task, so the rows become reclaimable when the lease runs out.
@@ -215,7 +218,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         _guarded(work)
         return {"fanout": extra, **_summary(report)}
 
-    @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, queue=s.queue)
+    @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True)
     def purge_sent() -> int:
         """Delete sent rows past the retention, one short transaction per batch, one purger."""
         store = runtime.dispatcher().store

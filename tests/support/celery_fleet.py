@@ -91,7 +91,7 @@ class Proc:
         with suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)  # stray children of a prefork pool
         self.popen.wait()
-        self._log.close()
+        self._log.close()  # idempotent: a process that exited on its own still has its file
         return code
 
 
@@ -124,8 +124,7 @@ class Fleet:
 
     def close(self) -> None:
         for proc in self.procs:
-            if proc.popen.returncode is None:
-                proc.stop()
+            proc.stop()
         for proc in self.procs:
             tail = "\n".join(proc.log().splitlines()[-15:])
             print(f"--- {proc.name} (exit {proc.popen.returncode}) ---\n{tail}")
