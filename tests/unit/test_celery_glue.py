@@ -1,0 +1,78 @@
+"""The Celery glue without a broker: fan-out rule, app discovery, install() on an existing app."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from celery import Celery
+
+from relay import producer
+from relay.celery import CLAIM_AND_DISPATCH, PURGE_SENT, TICK, fanout, install
+from relay.config import Settings
+from relay.exceptions import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("backlog", "batch", "cap", "extra"),
+    [
+        (0, 100, 8, 0),  # idle: the tick's own claim was all
+        (1, 100, 8, 1),
+        (100, 100, 8, 1),
+        (101, 100, 8, 2),
+        (700, 100, 8, 7),
+        (800, 100, 8, 7),  # capped: the tick itself is the eighth
+        (10_000, 100, 1, 0),
+    ],
+)
+def test_fanout_sends_one_task_per_waiting_batch_up_to_the_cap(
+    backlog: int, batch: int, cap: int, extra: int
+) -> None:
+    """A tick adds one claim_and_dispatch per batch still claimable, at most max_fanout - 1."""
+    assert fanout(backlog, batch, cap) == extra
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("RELAY_QUEUE", " "),
+        ("RELAY_MAX_FANOUT", 0),
+        ("RELAY_RETENTION_SECONDS", -1.0),
+        ("RELAY_PURGE_INTERVAL_SECONDS", 0.0),
+    ],
+)
+def test_fleet_settings_refuse_bad_values_naming_the_variable(var: str, value: object) -> None:
+    """Each fleet setting refuses a bad value at start-up, naming its variable."""
+    with pytest.raises(ConfigError, match=var):
+        Settings(**{var.removeprefix("RELAY_").lower(): value})  # type: ignore[arg-type]  # one field per case
+
+
+def test_celery_dash_a_relay_finds_the_app_in_relay_celery() -> None:
+    """`celery -A relay` resolves to relay.celery:app though `import relay` loads no Celery."""
+    code = (
+        "import sys, relay; assert 'celery' not in sys.modules\n"
+        "from celery.app.utils import find_app\n"
+        "app = find_app('relay'); import relay.celery as rc; assert app is rc.app\n"
+        "print(sorted(t for t in app.tasks if t.startswith('relay.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [f"['{CLAIM_AND_DISPATCH}',", f"'{PURGE_SENT}',", f"'{TICK}']"]
+
+
+def test_install_adds_tasks_and_beat_entries_to_an_existing_app(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """install() registers the three tasks and two beat entries beside the app's own schedule,
+    every relay message names RELAY_QUEUE, and relay.enqueue's wake-up is wired."""
+    monkeypatch.setattr(producer.configure(), "wake", None)
+    app = Celery("theirs")
+    app.conf.beat_schedule = {"their.report": {"task": "their.report", "schedule": 60.0}}
+    install(app, Settings(queue="outbox-relay", tick_seconds=2, purge_interval_seconds=600))
+    assert {CLAIM_AND_DISPATCH, TICK, PURGE_SENT} <= set(app.tasks)
+    schedule = app.conf.beat_schedule
+    assert set(schedule) == {"their.report", TICK, PURGE_SENT}
+    assert schedule[TICK]["schedule"] == 2
+    assert schedule[TICK]["options"] == {"expires": 2, "queue": "outbox-relay"}
+    assert schedule[PURGE_SENT]["options"]["queue"] == "outbox-relay"
+    assert producer.configure().wake is not None
