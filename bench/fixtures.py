@@ -17,7 +17,8 @@ from relay import migrate
 
 
 def _admin() -> sa.Engine:
-    return sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    # pre-ping: a pooled admin connection may have been terminated while the benchmark ran.
+    return sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
 
 def url_for(database: str) -> str:
