@@ -14,8 +14,15 @@ from typing import Any, TypeVar
 from relay.exceptions import ConfigError
 from relay.urls import redact
 
+#: The embedded default, for trying the relay on one host: a SQLite file in the working
+#: directory (WAL, writers queue for the lock), shared by every process started there.
 DEFAULT_DATABASE_URL = "sqlite:///relay.sqlite3"
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+#: Kombu's SQLAlchemy transport on a second SQLite file: carries the relay's own Celery tasks
+#: between processes of one host (``celery -A relay worker -B``). It keeps exchange bindings
+#: in each process's memory, so an events consumer in another process binds nothing the relay
+#: can see and its events come back unroutable: set ``RELAY_EVENTS_URL`` (RabbitMQ, Redis) for
+#: events that leave the relay's process.
 DEFAULT_BROKER_URL = "sqla+sqlite:///relay-broker.sqlite3"
 
 T = TypeVar("T")
