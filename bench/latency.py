@@ -1,0 +1,130 @@
+"""Commit-to-consumer latency through the Celery fleet (1 worker, beat at 5 s), p50/p99 over 200
+events, with and without the after-commit wake-up.
+
+Events are committed one per transaction every 50 ms through ``Producer.enqueue``; a consumer
+thread timestamps each delivery. The latency of an event runs from just before its COMMIT to
+its arrival at the consumer, on one monotonic clock.
+
+    python -m bench.latency [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+import kombu
+from celery import Celery
+from sqlalchemy.orm import Session
+
+from bench import fixtures, services
+from bench.fleet import celery_env, celery_fleet
+from bench.stats import percentile
+from relay.celery import Waker, celery_config
+from relay.config import Settings
+from relay.producer import Producer
+from relay.store import create_engine
+
+TICK_SECONDS = 5.0
+INTERVAL_SECONDS = 0.05
+
+
+class _Arrivals:
+    """Consumes the route's queue in a thread, recording when each outbox id arrived."""
+
+    def __init__(self, route: fixtures.Route) -> None:
+        self.route = route
+        self.at: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Arrivals:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _on_message(self, body: Any, msg: Any) -> None:
+        self.at.setdefault(int(msg.properties["message_id"]), time.monotonic())
+        msg.ack()
+
+    def _run(self) -> None:
+        exchange = kombu.Exchange(self.route.exchange_name, type="topic", durable=True)
+        queue = kombu.Queue(self.route.queue_name, exchange, routing_key="#", durable=True)
+        with (
+            kombu.Connection(self.route.url) as conn,
+            conn.Consumer([queue], callbacks=[self._on_message], accept=["json"]),
+        ):
+            while not self._stop.is_set():
+                try:
+                    conn.drain_events(timeout=0.2)
+                except TimeoutError:
+                    continue
+
+    def wait_for(self, ids: list[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not all(i in self.at for i in ids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{sum(i not in self.at for i in ids)} events never arrived")
+            time.sleep(0.01)
+
+
+def measure(wakeup: bool, events: int = 200) -> dict[str, Any]:
+    """Latency percentiles (seconds) of ``events`` single-event commits."""
+    amqp_url = services.AMQP_URL
+    with fixtures.database("latency") as db, fixtures.route(amqp_url, "latency") as route:
+        env = celery_env(db, amqp_url, route.exchange_name, tick_seconds=TICK_SECONDS)
+        settings = Settings.from_env(env)
+        app = Celery("bench-latency")
+        app.conf.update(celery_config(settings))
+        producer = Producer(wake=Waker(app, settings) if wakeup else None)
+        engine = create_engine(db)
+
+        def commit_one(n: int) -> tuple[int, float]:
+            with Session(engine) as session:
+                event_id = producer.enqueue(session, "bench.latency", {"n": n})
+                started = time.monotonic()
+                session.commit()
+            return event_id, started
+
+        try:
+            with celery_fleet(env, 1), _Arrivals(route) as arrivals:
+                warm_id, _ = commit_one(-1)
+                arrivals.wait_for([warm_id], 60)
+                committed: dict[int, float] = {}
+                for n in range(events):
+                    event_id, started = commit_one(n)
+                    committed[event_id] = started
+                    time.sleep(INTERVAL_SECONDS)  # pacing of the producer, not synchronization
+                arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 30)
+        finally:
+            engine.dispose()
+    latencies = sorted(arrivals.at[i] - t for i, t in committed.items())
+    return {
+        "wakeup": wakeup,
+        "events": events,
+        "p50_s": round(percentile(latencies, 0.50), 4),
+        "p99_s": round(percentile(latencies, 0.99), 4),
+        "max_s": round(latencies[-1], 4),
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """p50/p99 commit-to-consumer latency with and without the wake-up, beat at 5 s."""
+    events = 40 if quick else 200
+    return {
+        "tick_seconds": TICK_SECONDS,
+        "interval_seconds": INTERVAL_SECONDS,
+        "with_wakeup": measure(True, events),
+        "without_wakeup": measure(False, events),
+        "loadavg": services.loadavg(),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
