@@ -84,8 +84,10 @@ class Settings:
             self.max_payload_bytes,
             "must be >= 1",
         )
-        _check(bool(self.exchange.strip()), "RELAY_EXCHANGE", self.exchange, "must not be empty")
-        _check(bool(self.queue.strip()), "RELAY_QUEUE", self.queue, "must not be empty")
+        for var, name in (("RELAY_EXCHANGE", self.exchange), ("RELAY_QUEUE", self.queue)):
+            _check(bool(name.strip()), var, name, "must not be empty")
+            # An AMQP shortstr: a longer name would fail every publish, looking like an outage.
+            _check(len(name.encode()) <= 255, var, name[:40] + "...", "must be at most 255 bytes")
         _check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
         _check(
             self.retention_seconds > 0,
