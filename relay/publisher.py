@@ -9,6 +9,7 @@ error is the confirmation, and routability is checked against the exchange's bin
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from relay.urls import redact
 log = logging.getLogger(__name__)
 
 _AMQP_TRANSPORTS = frozenset({"amqp", "pyamqp", "amqps"})
+#: Raised while encoding one message (py-amqp's ``struct.error`` on a field over its size).
+_ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
 _REDIS_TRANSPORTS = frozenset({"redis", "rediss"})
 #: Messages per Redis pipeline: one round trip each, without building huge replies.
 _REDIS_PIPELINE_CHUNK = 1000
@@ -145,17 +148,27 @@ class KombuPublisher:
         self._pending.clear()
         self._acked, self._nacked, self._returned = [], [], {}
         for event in events:
-            msg = message.build(event)
-            amqp_msg = channel.prepare_message(
-                msg.body,
-                content_type=message.CONTENT_TYPE,
-                content_encoding=message.CONTENT_ENCODING,
-                headers=msg.headers,
-                properties={"delivery_mode": message.PERSISTENT, "message_id": msg.message_id},
-            )
-            channel.basic_publish(
-                amqp_msg, exchange=self.exchange.name, routing_key=msg.routing_key, mandatory=True
-            )
+            try:
+                msg = message.build(event)
+                amqp_msg = channel.prepare_message(
+                    msg.body,
+                    content_type=message.CONTENT_TYPE,
+                    content_encoding=message.CONTENT_ENCODING,
+                    headers=msg.headers,
+                    properties={"delivery_mode": message.PERSISTENT, "message_id": msg.message_id},
+                )
+                channel.basic_publish(
+                    amqp_msg,
+                    exchange=self.exchange.name,
+                    routing_key=msg.routing_key,
+                    mandatory=True,
+                )
+            except _ENCODING_ERRORS as exc:
+                # py-amqp packs a whole frame before writing any of it, so the connection is
+                # intact: only this row (e.g. a header key over 255 bytes, written by plain SQL)
+                # is at fault, and it must fail alone instead of killing the relay.
+                result.rejected.append((event, f"cannot be sent over AMQP: {_describe(exc)}"))
+                continue
             self._pending[self._next_tag] = event
             self._next_tag += 1
         deadline = time.monotonic() + self.confirm_timeout
