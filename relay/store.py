@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
 from relay import dialects
-from relay.exceptions import DatabaseUnavailable, StoreError
+from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
 from relay.records import Buried, ClaimedEvent, Rescheduled, StatusReport
 from relay.urls import redact
 
@@ -52,7 +52,11 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     options.update(kwargs)
     try:
         engine = sa.create_engine(url, **options)
-    except (sa_exc.ArgumentError, ImportError) as exc:
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        # The URL does not parse (a port that is not a number, an unknown dialect): the
+        # setting is wrong, and saying so beats a traceback.
+        raise ConfigError(f"RELAY_DATABASE_URL={redact(url)!r}: {redact(str(exc))}") from exc
+    except ImportError as exc:
         raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
