@@ -88,6 +88,12 @@ class Settings:
             _check(bool(name.strip()), var, name, "must not be empty")
             # An AMQP shortstr: a longer name would fail every publish, looking like an outage.
             _check(len(name.encode()) <= 255, var, name[:40] + "...", "must be at most 255 bytes")
+        _check(
+            self.queue != self.exchange,
+            "RELAY_QUEUE",
+            self.queue,
+            "must differ from RELAY_EXCHANGE (Celery declares a direct exchange named after it)",
+        )
         _check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
         _check(
             self.retention_seconds > 0,
