@@ -114,23 +114,63 @@ class Dispatcher:
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
-        report = Report()
-        if not self.breaker.allows(self.clock()):
-            return report
-        s = self.settings
-        events = self.store.claim(self.worker_id, s.batch_size, s.lease_seconds)
-        report.cycles, report.claimed = 1, len(events)
-        report.last_batch_full = len(events) >= s.batch_size
+        events = self._claim()
         if not events:
-            return report
+            return Report(cycles=1)
+        report, _ = self._dispatch(events, claim_next=False)
+        return report
+
+    def drain(
+        self, budget_seconds: float | None = None, stop: threading.Event | None = None
+    ) -> Report:
+        """Run cycles while batches come back full, the time budget allows and ``stop`` is
+        unset (a warm shutdown sets it: the batch in flight finishes and is recorded).
+
+        While draining, each batch's outcomes are recorded in the same transaction that leases
+        the next batch: one commit per batch.
+        """
+        budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
+        deadline = self.clock() + budget
+        total = Report()
+        events = self._claim()
+        if not events:
+            total.add(Report(cycles=1))
+            return total
+        while events:
+            more = (
+                len(events) >= self.settings.batch_size
+                and self.clock() < deadline
+                and not (stop is not None and stop.is_set())
+            )
+            report, events = self._dispatch(events, claim_next=more)
+            total.add(report)
+        return total
+
+    def _claim(self) -> list[ClaimedEvent]:
+        if not self.breaker.allows(self.clock()):
+            return []
+        s = self.settings
+        return self.store.claim(self.worker_id, s.batch_size, s.lease_seconds)
+
+    def _dispatch(
+        self, events: list[ClaimedEvent], *, claim_next: bool
+    ) -> tuple[Report, list[ClaimedEvent]]:
+        """Publish a claimed batch and record its outcomes (and lease the next batch if
+        ``claim_next`` and the broker was reachable)."""
+        s = self.settings
+        report = Report(cycles=1, claimed=len(events), last_batch_full=len(events) >= s.batch_size)
         with LeaseKeeper(self.store, self.worker_id, events, s.lease_seconds):
             result = self.publisher.publish(events)
         rescheduled: list[Rescheduled] = []
         buried: list[Buried] = []
         for event, error in result.rejected:
             outcome = self.retry.after_failure(event, error, self.rng)
-            (buried if isinstance(outcome, Buried) else rescheduled).append(outcome)  # type: ignore[arg-type]  # the isinstance picks the matching list
-        done = self._complete(result.confirmed, rescheduled, buried)
+            if isinstance(outcome, Buried):
+                buried.append(outcome)
+            else:
+                rescheduled.append(outcome)
+        next_limit = s.batch_size if claim_next and not result.unavailable else 0
+        done, next_events = self._complete(result.confirmed, rescheduled, buried, next_limit)
         report.sent, report.rescheduled, report.buried, report.lost = (
             done.sent,
             done.rescheduled,
@@ -149,42 +189,40 @@ class Dispatcher:
             self.breaker.record_success()
         if report.lost:
             log.warning("lease lost on %d rows: another worker reclaimed them", report.lost)
-        return report
+        return report, next_events
 
     def _complete(
-        self, sent: list[ClaimedEvent], rescheduled: list[Rescheduled], buried: list[Buried]
-    ) -> Completed:
+        self,
+        sent: list[ClaimedEvent],
+        rescheduled: list[Rescheduled],
+        buried: list[Buried],
+        next_limit: int,
+    ) -> tuple[Completed, list[ClaimedEvent]]:
         # The broker already has these messages: retry the bookkeeping within the lease rather
         # than let the rows be reclaimed and published again.
         deadline = self.clock() + self.settings.lease_seconds * 0.5
         delay = 0.05
         while True:
             try:
-                return self.store.complete(
+                if next_limit:
+                    return self.store.complete_and_claim(
+                        self.worker_id,
+                        sent=sent,
+                        rescheduled=rescheduled,
+                        buried=buried,
+                        limit=next_limit,
+                        lease_seconds=self.settings.lease_seconds,
+                    )
+                done = self.store.complete(
                     self.worker_id, sent=sent, rescheduled=rescheduled, buried=buried
                 )
+                return done, []
             except DatabaseUnavailable as exc:
                 if self.clock() + delay > deadline:
                     raise
                 log.warning("recording outcomes failed, retrying in %.2fs: %s", delay, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-
-    def drain(
-        self, budget_seconds: float | None = None, stop: threading.Event | None = None
-    ) -> Report:
-        """Run cycles while batches come back full, the time budget allows and ``stop`` is
-        unset (a warm shutdown sets it: the batch in flight finishes and is recorded)."""
-        budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
-        deadline = self.clock() + budget
-        total = Report()
-        while True:
-            report = self.run_once()
-            total.add(report)
-            if not report.last_batch_full or report.broker_error or self.clock() >= deadline:
-                return total
-            if stop is not None and stop.is_set():
-                return total
 
     def loop(self, stop: threading.Event, *, idle_seconds: float | None = None) -> Report:
         """Drain until ``stop`` is set, resting ``idle_seconds`` when the outbox is empty."""
@@ -193,7 +231,7 @@ class Dispatcher:
         db_backoff = 0.1
         while not stop.is_set():
             try:
-                report = self.drain()
+                report = self.drain(stop=stop)
             except DatabaseUnavailable as exc:
                 log.warning("database unavailable, retrying in %.1fs: %s", db_backoff, exc)
                 stop.wait(db_backoff)

@@ -124,6 +124,10 @@ class Dialect:
         }
 
     # -- completions: every one fenced on (id, attempt), status and locked_by ---------------
+    def fence_params(self, keys: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """The bind parameters of :meth:`_fence_many` for these ``(id, attempt)`` pairs."""
+        return {"keys": list(keys)}
+
     def _fence_many(self, worker: str) -> ColumnElement[bool]:
         return and_(
             tuple_(outbox.c.id, outbox.c.attempt).in_(bindparam("keys", expanding=True)),

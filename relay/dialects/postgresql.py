@@ -7,12 +7,23 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy import ColumnElement, Connection, RowMapping, Update, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    RowMapping,
+    Update,
+    bindparam,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy import update as sa_update
+from sqlalchemy.dialects.postgresql import ARRAY
 
-from relay.dialects.base import CLAIM_COLUMNS, Dialect
+from relay.dialects.base import CLAIM_COLUMNS, PROCESSING, Dialect
 from relay.schema import outbox
 
+_IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 
 
@@ -32,6 +43,27 @@ class PostgresDialect(Dialect):
     def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
         """``extract(epoch from now() - column)``."""
         return sa.cast(func.extract("epoch", func.now() - column), sa.Float)
+
+    def fence_params(self, keys: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """Two parallel arrays, unnested into a keyed join by :meth:`_fence_many`."""
+        return {"ids": [k[0] for k in keys], "attempts": [k[1] for k in keys]}
+
+    def _fence_many(self, worker: str) -> ColumnElement[bool]:
+        # ``(id, attempt) IN (...)`` is planned as one OR branch per row and re-planned for every
+        # batch size (2-3 ms for 100 rows, 40+ ms for 500); a join against unnest()ed arrays,
+        # with ``id = ANY`` to steer the planner to the primary key, costs a fraction of that.
+        keys = (
+            func.unnest(_IDS, bindparam("attempts", type_=ARRAY(sa.Integer)))
+            .table_valued("id", "attempt")
+            .render_derived(name="k")
+        )
+        return sa.and_(
+            outbox.c.id == sa.any_(_IDS),
+            outbox.c.id == keys.c.id,
+            outbox.c.attempt == keys.c.attempt,
+            outbox.c.status == PROCESSING,
+            outbox.c.locked_by == worker,
+        )
 
     def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
         """Oldest claimable rows, locked with SKIP LOCKED and leased in the same statement."""

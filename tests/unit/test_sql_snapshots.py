@@ -29,6 +29,7 @@ SA_DIALECTS: dict[str, SADialect] = {
 NOT_STATEMENTS = {
     "now",
     "now_plus",
+    "fence_params",
     "seconds_since",
     "claimable",
     "claim",

@@ -36,7 +36,7 @@ WHERE outbox.status = 'failed' ORDER BY outbox.id
  LIMIT %(param_1)s::INTEGER;
 
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
-UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
 
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
@@ -53,10 +53,10 @@ WHERE outbox.status = 'sent' AND CAST(EXTRACT(epoch FROM now() - outbox.sent_at)
  LIMIT %(param_2)s::INTEGER);
 
 -- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
-UPDATE outbox SET status='pending', attempt=(outbox.attempt - %(attempt_1)s::INTEGER), next_retry_at=(now() + %(delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(error)s::VARCHAR, updated_at=now() WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+UPDATE outbox SET status='pending', attempt=(outbox.attempt - %(attempt_1)s::INTEGER), next_retry_at=(now() + %(delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(error)s::VARCHAR, updated_at=now() FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
 
 -- renew: Extend the lease of rows still held; bind ``keys`` and ``lease_seconds``.
-UPDATE outbox SET locked_until=(now() + %(lease_seconds)s * interval '1 second') WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+UPDATE outbox SET locked_until=(now() + %(lease_seconds)s * interval '1 second') FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
 
 -- reschedule: Failed rows with attempts left go back to pending after a per-row delay (executemany:
 UPDATE outbox SET status='pending', next_retry_at=(now() + %(b_delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
