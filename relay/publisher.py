@@ -108,6 +108,7 @@ class KombuPublisher:
             *conn.channel_errors,
             kombu.exceptions.OperationalError,
             OSError,
+            _ConnectionLost,
         )
 
     # -- publishing ------------------------------------------------------------------------
@@ -184,11 +185,12 @@ class KombuPublisher:
         finally:
             self._collect(result)
         if self._pending:
-            reason = f"no broker confirm within {self.confirm_timeout:g}s"
-            result.rejected.extend((e, reason) for e in self._pending.values())
+            # RabbitMQ confirms (or nacks) every message, routable or not: silence is the
+            # connection's or the broker's fault (a partition, a resource alarm blocking
+            # publishers), never the events'. Treat it like a dropped connection, so the
+            # attempts are given back and the breaker opens, instead of burying rows.
             self._pending.clear()
-            # A late confirm must not be credited to a later batch: start a fresh channel.
-            self.close()
+            raise _ConnectionLost(f"no broker confirm within {self.confirm_timeout:g}s")
 
     def _collect(self, result: PublishResult) -> None:
         for event in self._acked:

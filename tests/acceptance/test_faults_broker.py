@@ -117,3 +117,56 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
         final_drain_s=drain,
         failed=result.statuses.get("failed", 0),
     )
+
+
+@pytest.mark.timeout(120)
+def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    engine: sa.Engine,
+    proxy: TcpProxy,
+    tmp_path: Path,
+) -> None:
+    """The broker stops answering (no confirm, no error) for 6 s mid-drain: with
+    RELAY_MAX_ATTEMPTS=1 any attempt spent on the outage would bury a row; none is buried."""
+    env = relay_env(
+        pg_url,
+        proxy.url_for(amqp_url),
+        exchange_name,
+        batch_size=BATCH,
+        lease_seconds=5,
+        confirm_timeout_seconds=1,
+        max_attempts=1,
+        backoff_base_seconds=0.2,
+        backoff_max_seconds=2,
+    )
+    fleet = Fleet(env, tmp_path)
+    producer = SteadyProducer(engine, total=5000, seconds=6.0)
+    try:
+        fleet.start(WORKERS)
+        producer.start()
+        wait_until(lambda: len(ids_with_status(engine, "sent")) >= 1000, 60, "1000 rows sent")
+        proxy.stall()
+        # The outage itself (not synchronisation): the broker is silent this long.
+        time.sleep(6.0)
+        proxy.restore()
+        restored = time.monotonic()
+        committed = producer.join()
+        wait_until(lambda: _drained(engine), 90, "the drain after the black hole")
+        recover = time.monotonic() - restored
+        fleet.assert_alive()
+        result = audit_delivery(engine, collector, committed, duplicate_bound=WORKERS * BATCH)
+        codes = fleet.stop()
+    finally:
+        fleet.stop()
+    assert set(codes.values()) == {0}, codes
+    report(
+        "broker-black-hole",
+        events=result.events,
+        outage_s=6.0,
+        duplicates=result.duplicates,
+        bound=WORKERS * BATCH,
+        recover_s=recover,
+    )

@@ -2,6 +2,8 @@
 
 ``cut()`` resets every open connection and, until ``restore()``, resets each new one as soon as
 it is accepted (the client sees a refused or reset connection, as when a broker goes away).
+``stall()`` keeps every connection open but forwards nothing until ``restore()`` (a black hole:
+a partition, or a broker that blocks publishers under a resource alarm).
 Threads, bounded: at most ``max_connections`` live connections, two pump threads each.
 """
 
@@ -36,6 +38,8 @@ class TcpProxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._open = threading.Event()
         self._open.set()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._closed = threading.Event()
         self.accepted = 0
         self.refused = 0
@@ -63,9 +67,14 @@ class TcpProxy:
             _reset(upstream)
         return len(pairs)
 
+    def stall(self) -> None:
+        """Keep connections (and accept new ones) but forward no byte until :meth:`restore`."""
+        self._flowing.clear()
+
     def restore(self) -> None:
         """Accept and forward connections again."""
         self._open.set()
+        self._flowing.set()
 
     @property
     def connections(self) -> int:
@@ -75,6 +84,7 @@ class TcpProxy:
     def close(self) -> None:
         """Stop accepting, reset everything, join the threads."""
         self._closed.set()
+        self._flowing.set()
         self.cut()
         self._acceptor.join(timeout=5)
         with contextlib.suppress(OSError):
@@ -121,6 +131,9 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                while not self._flowing.wait(0.2):
+                    if self._closed.is_set():
+                        return
                 dst.sendall(data)
         except OSError:
             pass
