@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +48,8 @@ def test_beat_and_three_workers_deliver_every_committed_event_exactly_once(
     tmp_path: Path,
 ) -> None:
     """Given 20,000 events committed while 1 beat + 3 workers run, every one is delivered once,
-    rolled-back ones never, and no row is left processing."""
+    rolled-back ones never, no row is left processing, and the fan-out put several workers on
+    the backlog."""
     urls = {"amqp": services.AMQP_URL, "redis": services.REDIS_URL}
     services.require("RabbitMQ", services.AMQP_URL)
     services.require("Redis", services.REDIS_URL)
@@ -75,6 +77,7 @@ def test_beat_and_three_workers_deliver_every_committed_event_exactly_once(
             received = collector.drain(EVENTS, timeout=180, settle=2.0)
             wait_until(lambda: counts(engine).get("sent") == EVENTS, 30, "every row marked sent")
             elapsed = time.monotonic() - start
+            busy = [p.name for p in procs[1:] if re.search(r"'sent': [1-9]", p.log())]
     finally:
         collector.close()
     ids = [int(m.message_id) for m in received]
@@ -83,3 +86,4 @@ def test_beat_and_three_workers_deliver_every_committed_event_exactly_once(
     assert set(ids) == set(committed)
     assert not set(rolled_back) & set(ids)
     assert counts(engine) == {"sent": EVENTS}
+    assert len(busy) >= 2, f"the tick did not fan the backlog out: only {busy} published"
