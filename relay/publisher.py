@@ -39,7 +39,7 @@ class PublishResult:
 
     #: The broker confirmed these: they may be marked sent.
     confirmed: list[ClaimedEvent] = field(default_factory=list)
-    #: Refused (nack, unroutable, confirm timeout): the attempt failed, with the reason.
+    #: Refused (nack, unroutable, not encodable): the attempt failed, with the reason.
     rejected: list[tuple[ClaimedEvent, str]] = field(default_factory=list)
     #: The broker could not be reached: not the events' fault, their attempt is given back.
     unavailable: list[ClaimedEvent] = field(default_factory=list)
