@@ -55,7 +55,11 @@ class PostgresBackend(Backend):
     @property
     def admin(self) -> sa.Engine:
         if self._admin is None:
-            self._admin = sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+            # Pre-ping: a session-long admin connection can be cut by a test that restarts or
+            # terminates backends (the fault suite), and the final DROP must still work.
+            self._admin = sa.create_engine(
+                services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True
+            )
         return self._admin
 
     def url_for(self, database: str) -> str:
@@ -106,7 +110,9 @@ class MySQLBackend(Backend):
     @property
     def admin(self) -> sa.Engine:
         if self._admin is None:
-            self._admin = sa.create_engine(services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
+            self._admin = sa.create_engine(
+                services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True
+            )
         return self._admin
 
     def url_for(self, database: str) -> str:
