@@ -109,6 +109,7 @@ class Runtime:
     def close(self, *_: Any, **__: Any) -> None:
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None and self._pid == os.getpid():
+            dispatcher.close()
             dispatcher.publisher.close()
             dispatcher.store.dispose()
 

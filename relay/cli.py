@@ -149,6 +149,7 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 signal.signal(sig, lambda *_: stop.set())
             report = dispatcher.loop(stop)
     finally:
+        dispatcher.close()
         publisher.close()
     log.info("relay %s done: %s", dispatcher.worker_id, report)
     return 0

@@ -14,11 +14,13 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 
 from relay.config import Settings
 from relay.exceptions import DatabaseUnavailable
+from relay.lease import LeaseKeeper
 from relay.policy import CircuitBreaker, RetryPolicy
 from relay.publisher import Publisher
 from relay.records import Buried, ClaimedEvent, Rescheduled
@@ -58,40 +60,26 @@ class Report:
         self.last_batch_full = other.last_batch_full
 
 
-class LeaseKeeper:
-    """Renews a batch's lease every third of the lease while the batch is being published."""
+@dataclass(slots=True)
+class _Held:
+    """A leased batch and the keeper renewing its lease."""
 
-    def __init__(
-        self, store: Store, worker: str, events: Sequence[ClaimedEvent], lease_seconds: float
-    ) -> None:
-        self._store, self._worker, self._events = store, worker, events
-        self._lease = lease_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay-lease", daemon=True)
-        self.renewals = 0
+    events: list[ClaimedEvent]
+    keeper: LeaseKeeper
 
-    def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+@dataclass(slots=True)
+class _Outcome:
+    """What the broker said about a batch, sorted into what the store will record."""
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._lease / 3):
-            try:
-                held = self._store.renew(self._worker, self._events, self._lease)
-            except DatabaseUnavailable as exc:
-                log.warning("lease renewal failed, will retry: %s", exc)
-                continue
-            self.renewals += 1
-            if held < len(self._events):
-                log.warning(
-                    "lease lost on %d of %d rows while publishing",
-                    len(self._events) - held,
-                    len(self._events),
-                )
+    held: _Held
+    report: Report
+    sent: list[ClaimedEvent] = field(default_factory=list)
+    rescheduled: list[Rescheduled] = field(default_factory=list)
+    buried: list[Buried] = field(default_factory=list)
+    unavailable: list[ClaimedEvent] = field(default_factory=list)
+    error: str | None = None
+    delay: float = 0.0
 
 
 @dataclass
@@ -106,6 +94,7 @@ class Dispatcher:
     clock: Callable[[], float] = time.monotonic
     breaker: CircuitBreaker = field(init=False)
     retry: RetryPolicy = field(init=False)
+    _executor: ThreadPoolExecutor | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -114,115 +103,164 @@ class Dispatcher:
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
-        events = self._claim()
-        if not events:
+        held = self._claim(self.settings.batch_size)
+        if held is None:
             return Report(cycles=1)
-        report, _ = self._dispatch(events, claim_next=False)
-        return report
+        outcome = self._publish(held)
+        self._record(outcome, next_limit=0)
+        return outcome.report
 
     def drain(
         self, budget_seconds: float | None = None, stop: threading.Event | None = None
     ) -> Report:
         """Run cycles while batches come back full, the time budget allows and ``stop`` is
-        unset (a warm shutdown sets it: the batch in flight finishes and is recorded).
+        unset (a warm shutdown sets it: the batches in hand are published and recorded).
 
-        While draining, each batch's outcomes are recorded in the same transaction that leases
-        the next batch: one commit per batch.
+        Pipelined: while batch N is published (broker I/O, this thread), a database thread
+        records batch N-1's outcomes and leases batch N+1 in one short transaction. No
+        transaction is ever open across broker I/O; at most two batches are leased at once.
         """
+        size = self.settings.batch_size
         budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self.clock() + budget
         total = Report()
-        events = self._claim()
-        if not events:
+        held = self._claim(size)
+        if held is None:
             total.add(Report(cycles=1))
             return total
-        while events:
-            more = (
-                len(events) >= self.settings.batch_size
-                and self.clock() < deadline
-                and not (stop is not None and stop.is_set())
-            )
-            report, events = self._dispatch(events, claim_next=more)
-            total.add(report)
+        previous: _Outcome | None = None
+        try:
+            while held is not None:
+                more = (
+                    len(held.events) >= size
+                    and self.clock() < deadline
+                    and not (stop is not None and stop.is_set())
+                )
+                job = None
+                if previous is not None or more:
+                    job = self._db_thread().submit(self._record, previous, size if more else 0)
+                outcome = self._publish(held)
+                held = job.result() if job is not None else None
+                if previous is not None:
+                    total.add(previous.report)
+                previous = outcome
+                if outcome.unavailable and held is not None:
+                    # The broker is down: hand the batch claimed ahead back unpublished.
+                    handed_back = self._unpublished(held, outcome.error)
+                    held = None
+                    self._record(handed_back, next_limit=0)
+                    total.add(handed_back.report)
+            assert previous is not None  # the loop ran at least once
+            self._record(previous, next_limit=0)
+            total.add(previous.report)
+            previous = None
+        finally:
+            for leftover in (previous, held):
+                if leftover is not None:
+                    (leftover if isinstance(leftover, _Held) else leftover.held).keeper.stop()
         return total
 
-    def _claim(self) -> list[ClaimedEvent]:
-        if not self.breaker.allows(self.clock()):
-            return []
-        s = self.settings
-        return self.store.claim(self.worker_id, s.batch_size, s.lease_seconds)
+    def close(self) -> None:
+        """Stop the database thread (idempotent)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
-    def _dispatch(
-        self, events: list[ClaimedEvent], *, claim_next: bool
-    ) -> tuple[Report, list[ClaimedEvent]]:
-        """Publish a claimed batch and record its outcomes (and lease the next batch if
-        ``claim_next`` and the broker was reachable)."""
-        s = self.settings
-        report = Report(cycles=1, claimed=len(events), last_batch_full=len(events) >= s.batch_size)
-        with LeaseKeeper(self.store, self.worker_id, events, s.lease_seconds):
-            result = self.publisher.publish(events)
-        rescheduled: list[Rescheduled] = []
-        buried: list[Buried] = []
-        for event, error in result.rejected:
-            outcome = self.retry.after_failure(event, error, self.rng)
-            if isinstance(outcome, Buried):
-                buried.append(outcome)
-            else:
-                rescheduled.append(outcome)
-        next_limit = s.batch_size if claim_next and not result.unavailable else 0
-        done, next_events = self._complete(result.confirmed, rescheduled, buried, next_limit)
-        report.sent, report.rescheduled, report.buried, report.lost = (
-            done.sent,
-            done.rescheduled,
-            done.buried,
-            done.lost,
+    def _db_thread(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-db")
+        return self._executor
+
+    def _claim(self, limit: int) -> _Held | None:
+        if not self.breaker.allows(self.clock()):
+            return None
+        events = self.store.claim(self.worker_id, limit, self.settings.lease_seconds)
+        return self._hold(events)
+
+    def _hold(self, events: list[ClaimedEvent]) -> _Held | None:
+        if not events:
+            return None
+        keeper = LeaseKeeper(self.store, self.worker_id, events, self.settings.lease_seconds)
+        return _Held(events, keeper.start())
+
+    def _publish(self, held: _Held) -> _Outcome:
+        """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
+        events = held.events
+        report = Report(
+            cycles=1, claimed=len(events), last_batch_full=len(events) >= self.settings.batch_size
         )
+        result = self.publisher.publish(events)
+        outcome = _Outcome(held, report, sent=result.confirmed, unavailable=result.unavailable)
+        for event, error in result.rejected:
+            decision = self.retry.after_failure(event, error, self.rng)
+            if isinstance(decision, Buried):
+                outcome.buried.append(decision)
+            else:
+                outcome.rescheduled.append(decision)
         if result.unavailable:
-            delay = self.breaker.record_failure(self.clock())
-            report.broker_error = result.error
-            report.released = self.store.release(
-                self.worker_id, result.unavailable, delay, result.error or "broker unavailable"
-            )
-            report.lost += len(result.unavailable) - report.released
-            log.warning("broker unavailable, backing off %.1fs: %s", delay, result.error)
+            outcome.error = result.error or "broker unavailable"
+            outcome.delay = self.breaker.record_failure(self.clock())
+            report.broker_error = outcome.error
+            log.warning("broker unavailable, backing off %.1fs: %s", outcome.delay, outcome.error)
         else:
             self.breaker.record_success()
-        if report.lost:
-            log.warning("lease lost on %d rows: another worker reclaimed them", report.lost)
-        return report, next_events
+        return outcome
 
-    def _complete(
-        self,
-        sent: list[ClaimedEvent],
-        rescheduled: list[Rescheduled],
-        buried: list[Buried],
-        next_limit: int,
-    ) -> tuple[Completed, list[ClaimedEvent]]:
-        # The broker already has these messages: retry the bookkeeping within the lease rather
-        # than let the rows be reclaimed and published again.
+    def _unpublished(self, held: _Held, error: str | None) -> _Outcome:
+        delay = self.breaker.remaining(self.clock())
+        report = Report(claimed=len(held.events))
+        return _Outcome(held, report, unavailable=list(held.events), error=error, delay=delay)
+
+    def _record(self, outcome: _Outcome | None, next_limit: int) -> _Held | None:
+        """Record ``outcome`` (if any) and lease up to ``next_limit`` more rows, in one
+        transaction; retried within half a lease, since the broker already has the messages."""
         deadline = self.clock() + self.settings.lease_seconds * 0.5
         delay = 0.05
-        while True:
-            try:
-                if next_limit:
-                    return self.store.complete_and_claim(
-                        self.worker_id,
-                        sent=sent,
-                        rescheduled=rescheduled,
-                        buried=buried,
-                        limit=next_limit,
-                        lease_seconds=self.settings.lease_seconds,
-                    )
-                done = self.store.complete(
-                    self.worker_id, sent=sent, rescheduled=rescheduled, buried=buried
-                )
-                return done, []
-            except DatabaseUnavailable as exc:
-                if self.clock() + delay > deadline:
-                    raise
-                log.warning("recording outcomes failed, retrying in %.2fs: %s", delay, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        sent = outcome.sent if outcome else []
+        rescheduled = outcome.rescheduled if outcome else []
+        buried = outcome.buried if outcome else []
+        try:
+            while True:
+                try:
+                    if next_limit:
+                        done, events = self.store.complete_and_claim(
+                            self.worker_id,
+                            sent=sent,
+                            rescheduled=rescheduled,
+                            buried=buried,
+                            limit=next_limit,
+                            lease_seconds=self.settings.lease_seconds,
+                        )
+                    else:
+                        done = self.store.complete(
+                            self.worker_id, sent=sent, rescheduled=rescheduled, buried=buried
+                        )
+                        events = []
+                    break
+                except DatabaseUnavailable as exc:
+                    if self.clock() + delay > deadline:
+                        raise
+                    log.warning("recording outcomes failed, retrying in %.2fs: %s", delay, exc)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+            if outcome is not None:
+                self._account(outcome, done)
+        finally:
+            if outcome is not None:
+                outcome.held.keeper.stop()
+        return self._hold(events)
+
+    def _account(self, outcome: _Outcome, done: Completed) -> None:
+        report = outcome.report
+        report.sent, report.rescheduled, report.buried = done.sent, done.rescheduled, done.buried
+        report.lost = done.lost
+        if outcome.unavailable:
+            report.released = self.store.release(
+                self.worker_id, outcome.unavailable, outcome.delay, outcome.error or ""
+            )
+            report.lost += len(outcome.unavailable) - report.released
+        if report.lost:
+            log.warning("lease lost on %d rows: another worker reclaimed them", report.lost)
 
     def loop(self, stop: threading.Event, *, idle_seconds: float | None = None) -> Report:
         """Drain until ``stop`` is set, resting ``idle_seconds`` when the outbox is empty."""

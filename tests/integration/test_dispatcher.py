@@ -180,3 +180,46 @@ def test_rejections_burn_attempts_and_dead_letter(
             conn.execute(sa.text("UPDATE outbox SET next_retry_at = NULL"))
     assert seen == [("pending", 1), ("pending", 2), ("failed", 3)]
     assert publisher.messages == []
+
+
+class _OutageAfter(InMemoryPublisher):
+    """Confirms the first ``good`` batches, then finds the broker unreachable."""
+
+    def __init__(self, good: int) -> None:
+        super().__init__()
+        self.good = good
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        if self.batches >= self.good:
+            self.unavailable_times = 1
+        return super().publish(events)
+
+
+def test_drain_hands_back_the_batch_claimed_ahead_when_the_broker_goes_down(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """Pipelined drain: batch 2 meets an outage while batch 3 was already leased; both go back
+    to pending with their attempts returned, nothing stays processing, batch 4 is untouched."""
+    size = settings.batch_size
+    ids = enqueue_many(engine, size * 4)
+    report = Dispatcher(store, _OutageAfter(good=1), settings).drain()
+    assert (report.sent, report.released, report.lost) == (size, 2 * size, 0)
+    assert report.broker_error is not None
+    after = rows(engine, *ids)
+    assert count_by_status(engine) == {"sent": size, "pending": 3 * size}
+    assert {after[i]["attempt"] for i in ids[size:]} == {0}
+    assert all(after[i]["last_error"] for i in ids[size : 3 * size])
+    assert not any(after[i]["last_error"] for i in ids[3 * size :])
+
+
+def test_no_lease_keeper_outlives_a_drain(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """Every batch's lease keeper stops once its outcomes are recorded."""
+    import threading
+
+    enqueue_many(engine, settings.batch_size * 3)
+    dispatcher = Dispatcher(store, InMemoryPublisher(), settings)
+    assert dispatcher.drain().sent == settings.batch_size * 3
+    dispatcher.close()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("relay-")] == []
