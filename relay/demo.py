@@ -20,10 +20,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import kombu
@@ -34,6 +33,7 @@ import relay
 from relay import migrate
 from relay.celery import TICK, create_app
 from relay.config import Settings
+from relay.demo_report import Ledger, Outcome, Progress, judge, summarize
 from relay.exceptions import ConfigError
 from relay.store import Store
 from relay.urls import redact
@@ -66,37 +66,6 @@ class DemoOptions:
     seed: int | None = None
 
 
-@dataclass
-class Ledger:
-    """What the producers committed and what the consumer received, with monotonic times."""
-
-    committed: dict[str, float] = field(default_factory=dict)
-    rolled_back: set[str] = field(default_factory=set)
-    transactions: Counter[str] = field(default_factory=Counter)
-    received: list[tuple[str, float]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The demo's verdict."""
-
-    committed: int
-    delivered: int
-    duplicates: int
-    lost: int
-    phantoms: int
-    elapsed_seconds: float
-    latencies_ms: list[float]
-    transactions_committed: int = 0
-    transactions_rolled_back: int = 0
-    events_rolled_back: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.committed > 0 and not (self.lost or self.duplicates or self.phantoms)
-
-
 def run(options: DemoOptions, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> Outcome:
     """Run the demo and print its progress (``err``) and summary (``out``)."""
     if options.events < 1 or not 0 <= options.rollback_ratio < 1 or options.producers < 1:
@@ -115,7 +84,7 @@ def run(options: DemoOptions, *, out: TextIO = sys.stdout, err: TextIO = sys.std
                 orders.drop(store.engine)
         finally:
             store.dispose()
-    _summarize(options, settings, outcome, out)
+    summarize(outcome, _route(options, settings), out)
     return outcome
 
 
@@ -167,7 +136,7 @@ def _relay_and_check(
         for p in producers:
             p.start()
         deadline = started + options.timeout_seconds
-        progress = _Progress(options.events, err)
+        progress = Progress(options.events, err)
         next_tick = 0.0
         while time.monotonic() < deadline:
             now = time.monotonic()
@@ -187,7 +156,7 @@ def _relay_and_check(
     for p in producers:
         p.join()  # each stops after its quota, so the ledger is final before it is judged
     consumer.join()
-    return _outcome(ledger, time.monotonic() - started)
+    return judge(ledger, time.monotonic() - started)
 
 
 @contextmanager
@@ -276,86 +245,11 @@ class _Consumer(threading.Thread):
             self.conn.release()
 
 
-def _outcome(ledger: Ledger, elapsed: float) -> Outcome:
-    with ledger.lock:
-        counts = Counter(e for e, _ in ledger.received)
-        first_seen: dict[str, float] = {}
-        for event_id, at in ledger.received:
-            first_seen.setdefault(event_id, at)
-        committed = ledger.committed
-        latencies = sorted(
-            (first_seen[e] - t) * 1000 for e, t in committed.items() if e in first_seen
-        )
-        return Outcome(
-            committed=len(committed),
-            delivered=sum(1 for e in counts if e in committed),
-            duplicates=sum(n - 1 for n in counts.values()),
-            lost=sum(1 for e in committed if e not in counts),
-            phantoms=sum(1 for e in counts if e not in committed),
-            elapsed_seconds=elapsed,
-            latencies_ms=latencies,
-            transactions_committed=ledger.transactions["committed"],
-            transactions_rolled_back=ledger.transactions["rolled back"],
-            events_rolled_back=len(ledger.rolled_back),
-        )
-
-
-class _Progress:
-    """One self-rewriting line on a terminal; a line per quarter otherwise."""
-
-    WIDTH = 30
-
-    def __init__(self, total: int, err: TextIO) -> None:
-        self.total, self.err = total, err
-        self.tty = err.isatty()
-        self._quarters = 0
-
-    def show(self, committed: int, delivered: int) -> None:
-        share = min(delivered / self.total, 1.0)
-        if self.tty:
-            bar = "#" * round(share * self.WIDTH)
-            self.err.write(
-                f"\r[{bar:<{self.WIDTH}}] {delivered:>7}/{self.total} delivered, "
-                f"{committed:>7} committed"
-            )
-            self.err.flush()
-        elif share * 4 >= self._quarters + 1:
-            self._quarters = int(share * 4)
-            self.err.write(f"relay demo: {delivered}/{self.total} delivered\n")
-
-    def done(self) -> None:
-        if self.tty:
-            self.err.write("\n")
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-def _summarize(options: DemoOptions, settings: Settings, o: Outcome, out: TextIO) -> None:
-    database = (
-        "a throw-away SQLite file"
-        if options.database_url is None
-        else redact(settings.database_url)
+def _route(options: DemoOptions, settings: Settings) -> str:
+    database = "a throw-away SQLite file"
+    if options.database_url is not None:
+        database = redact(settings.database_url)
+    return (
+        f"{database} -> Celery worker (in-process) -> {EVENTS_URL} "
+        f"exchange {settings.exchange!r} -> consumer"
     )
-    lat = o.latencies_ms
-    rate = o.delivered / o.elapsed_seconds if o.elapsed_seconds > 0 else 0.0
-    lines: list[Any] = [
-        f"relay demo: {database} -> Celery worker (in-process) -> {EVENTS_URL} "
-        f"exchange {settings.exchange!r} -> consumer",
-        f"  business    {o.transactions_committed} transactions committed, "
-        f"{o.transactions_rolled_back} rolled back with {o.events_rolled_back} events",
-        f"  events      committed {o.committed}, delivered {o.delivered}, "
-        f"duplicates {o.duplicates}, lost {o.lost}, from rolled-back transactions {o.phantoms}",
-        f"  throughput  {rate:,.0f} events/s ({o.delivered} in {o.elapsed_seconds:.2f} s, "
-        "first commit to last delivery)",
-        f"  latency     p50 {_percentile(lat, 0.5):.1f} ms, p99 {_percentile(lat, 0.99):.1f} ms, "
-        f"max {max(lat, default=float('nan')):.1f} ms (commit to consumer)",
-        "OK: every committed event delivered exactly once, none from a rollback"
-        if o.ok
-        else "FAILED: events were lost, duplicated or leaked from a rollback",
-    ]
-    out.write("\n".join(map(str, lines)) + "\n")
-    out.flush()
