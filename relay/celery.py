@@ -181,6 +181,9 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     runtime = Runtime(settings)
     s = settings
     common: dict[str, Any] = {
+        # Not shared: Celery would otherwise copy these closures, bound to this app's settings,
+        # into every app created later in the process.
+        "shared": False,
         "ignore_result": True,
         "acks_late": False,
         # A drain's budget is half the lease; past 90% of it something hangs. The lease keeper
@@ -219,7 +222,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         _guarded(work)
         return {"fanout": extra, **_summary(report)}
 
-    @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True)
+    @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, shared=False)
     def purge_sent() -> int:
         """Delete sent rows past the retention, one short transaction per batch, one purger."""
         store = runtime.dispatcher().store

@@ -77,3 +77,12 @@ def test_install_adds_tasks_and_beat_entries_to_an_existing_app(
     assert schedule[TICK]["options"] == {"expires": 2, "queue": "outbox-relay"}
     assert schedule[PURGE_SENT]["options"]["queue"] == "outbox-relay"
     assert producer.configure().wake is not None
+
+
+def test_install_leaves_other_apps_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks installed on one app, bound to its settings, never appear on another app."""
+    monkeypatch.setattr(producer.configure(), "wake", None)
+    install(Celery("first"), Settings(queue="first-relay"))
+    other = Celery("second")
+    other.finalize()
+    assert not {CLAIM_AND_DISPATCH, TICK, PURGE_SENT} & set(other.tasks)
