@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from relay.records import Rescheduled
 from relay.store import Store, create_engine
-from tests.support.rows import count_by_status, enqueue_many, expire_leases, rows
+from tests.support.rows import count_by_status, enqueue_many, expire_leases, make_due, rows
 
 
 def _claimer(url: str, worker: str, batch: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -97,11 +97,11 @@ def test_rescheduled_row_waits_for_its_backoff(store: Store, engine: sa.Engine) 
     """A rescheduled row is not claimable before next_retry_at, and is afterwards."""
     (event_id,) = enqueue_many(engine, 1)
     (event,) = store.claim("w", 10, lease_seconds=60)
-    assert store.reschedule("w", [Rescheduled(event, 0.5, "nack")]) == 1
+    assert store.reschedule("w", [Rescheduled(event, 60.0, "nack")]) == 1
     row = rows(engine, event_id)[event_id]
     assert (row["status"], row["last_error"], row["locked_by"]) == ("pending", "nack", None)
     assert store.claim("w", 10, lease_seconds=60) == []
-    time.sleep(0.6)
+    make_due(engine)
     (again,) = store.claim("w", 10, lease_seconds=60)
     assert again.attempt == 2
 

@@ -42,3 +42,15 @@ def expire_leases(engine: sa.Engine) -> None:
             .where(outbox.c.status == "processing")
             .values(locked_until=clock.now_plus(sa.literal(-1.0, sa.Float)))
         )
+
+
+def make_due(engine: sa.Engine) -> None:
+    """Move every pending row's next_retry_at one second into the past (database time), as if
+    its backoff had elapsed."""
+    clock = dialects.for_name(engine.dialect.name)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(outbox)
+            .where(outbox.c.status == "pending", outbox.c.next_retry_at.is_not(None))
+            .values(next_retry_at=clock.now_plus(sa.literal(-1.0, sa.Float)))
+        )
