@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.fleet import (
+    IN_FLIGHT_BATCHES,
     Fleet,
     SteadyProducer,
     audit_delivery,
@@ -89,7 +90,9 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
             time.sleep(outage)
             assert all(w.alive() for w in fleet.workers), fleet.logs()
             during = len(ids_with_status(engine, "sent")) - sent_at_cut
-            assert during <= WORKERS * BATCH, f"{during} rows marked sent while cut off"
+            assert during <= WORKERS * IN_FLIGHT_BATCHES * BATCH, (
+                f"{during} rows marked sent while cut off"
+            )
             proxy.restore()
             restored = time.monotonic()
             wait_until(lambda: proxy.accepted > 0 and proxy.connections > 0, 30, "a reconnect")
@@ -98,7 +101,7 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
         drain = wait_until(lambda: _drained(engine), 90, "the drain after the outages")
         assert all(w.alive() for w in fleet.workers), fleet.logs()
         result = audit_delivery(
-            engine, collector, committed, duplicate_bound=cuts * WORKERS * BATCH
+            engine, collector, committed, duplicate_bound=cuts * WORKERS * IN_FLIGHT_BATCHES * BATCH
         )
         logs = fleet.logs()
         codes = fleet.stop()
@@ -112,7 +115,7 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
         cuts=cuts,
         outage_s=outage,
         duplicates=result.duplicates,
-        bound=cuts * WORKERS * BATCH,
+        bound=cuts * WORKERS * IN_FLIGHT_BATCHES * BATCH,
         reconnect_s=max(recoveries),
         final_drain_s=drain,
         failed=result.statuses.get("failed", 0),
@@ -157,7 +160,9 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
         wait_until(lambda: _drained(engine), 90, "the drain after the black hole")
         recover = time.monotonic() - restored
         fleet.assert_alive()
-        result = audit_delivery(engine, collector, committed, duplicate_bound=WORKERS * BATCH)
+        result = audit_delivery(
+            engine, collector, committed, duplicate_bound=WORKERS * IN_FLIGHT_BATCHES * BATCH
+        )
         codes = fleet.stop()
     finally:
         fleet.stop()
@@ -167,6 +172,6 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
         events=result.events,
         outage_s=6.0,
         duplicates=result.duplicates,
-        bound=WORKERS * BATCH,
+        bound=WORKERS * IN_FLIGHT_BATCHES * BATCH,
         recover_s=recover,
     )

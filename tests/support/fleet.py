@@ -28,6 +28,11 @@ from tests.support.broker import Collector
 
 RELAY_BIN = str(Path(sys.executable).with_name("relay"))
 
+#: Batches one worker can have confirmed by the broker but not yet recorded: the pipelined drain
+#: records batch N-1 while batch N publishes (relay.dispatcher.Dispatcher.drain). A worker hit by
+#: a fault can therefore cause up to this many batches of duplicates.
+IN_FLIGHT_BATCHES = 2
+
 
 def wait_until(
     predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
@@ -102,8 +107,14 @@ class Fleet:
             name = f"w{self._seq}"
             path = self.log_dir / f"relay-{name}.log"
             log = path.open("wb")
+            env = dict(self.env)
+            url = sa.make_url(env["RELAY_DATABASE_URL"])
+            if url.get_backend_name() == "postgresql":
+                # Each worker's sessions are findable in pg_stat_activity by its name.
+                url = url.update_query_dict({"application_name": f"relay-{name}"})
+                env["RELAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
             proc = subprocess.Popen(
-                [RELAY_BIN, "dispatch", "--loop"], env=self.env, stdout=log, stderr=log
+                [RELAY_BIN, "dispatch", "--loop"], env=env, stdout=log, stderr=log
             )
             started.append(Worker(name, proc, path, log))
         self.workers.extend(started)
