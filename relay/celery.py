@@ -31,7 +31,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
-from relay import producer
+from relay import producer, transports
 from relay.config import Settings
 from relay.dispatcher import Dispatcher, Report
 from relay.publisher import KombuPublisher
@@ -57,6 +57,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings of the relay's own app (``celeryconfig.py`` exposes the same)."""
     return {
         "broker_url": settings.broker_url,
+        "broker_transport_options": transports.transport_options(settings.broker_url),
         "broker_connection_retry_on_startup": True,
         "task_default_queue": settings.queue,
         "task_ignore_result": True,

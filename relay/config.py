@@ -18,12 +18,11 @@ from relay.urls import redact
 #: directory (WAL, writers queue for the lock), shared by every process started there.
 DEFAULT_DATABASE_URL = "sqlite:///relay.sqlite3"
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
-#: Kombu's SQLAlchemy transport on a second SQLite file: carries the relay's own Celery tasks
-#: between processes of one host (``celery -A relay worker -B``). It keeps exchange bindings
-#: in each process's memory, so an events consumer in another process binds nothing the relay
-#: can see and its events come back unroutable: set ``RELAY_EVENTS_URL`` (RabbitMQ, Redis) for
-#: events that leave the relay's process.
-DEFAULT_BROKER_URL = "sqla+sqlite:///relay-broker.sqlite3"
+#: Kombu's filesystem transport in ``./relay-broker`` (``relay.transports``): needs no server and
+#: carries both the relay's Celery tasks and the events between processes of one host, since it
+#: keeps queues and exchange bindings in folders. No confirms, no replication: for trying the
+#: relay and for tests, not for production.
+DEFAULT_BROKER_URL = "filesystem://"
 
 T = TypeVar("T")
 

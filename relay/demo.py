@@ -115,6 +115,10 @@ def _relay_and_check(
     ledger = Ledger()
     stop = threading.Event()
     app = create_app(settings)
+    # The worker's tracer looks tasks up on the current app; make it this one (the relay's
+    # tasks are registered on their own app only).
+    app.set_current()
+    app.set_default()
     # The in-memory transport polls; its default second would dominate the latency.
     app.conf.broker_transport_options = {"polling_interval": 0.01}
     consumer = _Consumer(settings, ledger, stop)  # binds before the first event is relayed

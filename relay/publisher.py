@@ -2,8 +2,8 @@
 
 On RabbitMQ (py-amqp) the channel is put in confirm mode and a whole batch is published before
 its confirms are awaited; ``mandatory`` turns an unroutable message into a ``basic.return``.
-Other Kombu transports (Redis, in-memory) have no confirms: a publish that returned without
-error is the confirmation, and routability is checked against the exchange's bindings.
+Other Kombu transports (Redis, the embedded filesystem one, in-memory) have no confirms; they
+are published by ``relay.virtual``.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ import logging
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import kombu
 import kombu.exceptions
-from kombu.utils import json as kombu_json
 
-from relay import message
-from relay.records import ClaimedEvent
+from relay import message, transports, virtual
+from relay.records import ClaimedEvent, PublishResult
 from relay.urls import redact
 
 log = logging.getLogger(__name__)
@@ -28,23 +26,6 @@ log = logging.getLogger(__name__)
 _AMQP_TRANSPORTS = frozenset({"amqp", "pyamqp", "amqps"})
 #: Raised while encoding one message (py-amqp's ``struct.error`` on a field over its size).
 _ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
-_REDIS_TRANSPORTS = frozenset({"redis", "rediss"})
-#: Messages per Redis pipeline: one round trip each, without building huge replies.
-_REDIS_PIPELINE_CHUNK = 1000
-
-
-@dataclass(slots=True)
-class PublishResult:
-    """What the broker said about each event of a batch."""
-
-    #: The broker confirmed these: they may be marked sent.
-    confirmed: list[ClaimedEvent] = field(default_factory=list)
-    #: Refused (nack, unroutable, not encodable): the attempt failed, with the reason.
-    rejected: list[tuple[ClaimedEvent, str]] = field(default_factory=list)
-    #: The broker could not be reached: not the events' fault, their attempt is given back.
-    unavailable: list[ClaimedEvent] = field(default_factory=list)
-    #: Why the broker was unavailable.
-    error: str | None = None
 
 
 class Publisher(Protocol):
@@ -80,7 +61,11 @@ class KombuPublisher:
         return kombu.Connection(self.url).transport_cls in _AMQP_TRANSPORTS
 
     def _connect(self) -> None:
-        conn = kombu.Connection(self.url, connect_timeout=self.confirm_timeout)
+        conn = kombu.Connection(
+            self.url,
+            connect_timeout=self.confirm_timeout,
+            transport_options=transports.transport_options(self.url),
+        )
         try:
             conn.ensure_connection(max_retries=1)
             channel: Any = conn.channel()
@@ -141,7 +126,7 @@ class KombuPublisher:
         if self._conn.transport_cls in _AMQP_TRANSPORTS:
             self._publish_confirmed(events, result)
         else:
-            self._publish_plain(events, result)
+            virtual.publish(self._conn, self._channel, self.exchange, events, result)
 
     def _publish_confirmed(self, events: list[ClaimedEvent], result: PublishResult) -> None:
         channel, conn = self._channel, self._conn
@@ -221,93 +206,6 @@ class KombuPublisher:
             f"unroutable: no queue bound to routing key {routing_key!r} on exchange {exchange!r}"
             f" ({exc})"
         )
-
-    def _publish_plain(self, events: list[ClaimedEvent], result: PublishResult) -> None:
-        # No confirms on these transports: a publish that returned is the confirmation. The
-        # bindings are read once per batch (Kombu would read them for every message) and an
-        # event nobody is bound to is refused, as a mandatory publish would be on RabbitMQ.
-        channel, name = self._channel, self.exchange.name
-        table = channel.get_table(name)
-        kind = channel.typeof(name)
-        routes: dict[str, list[str]] = {}
-        ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
-        for event in events:
-            msg = message.build(event)
-            queues = routes.get(msg.routing_key)
-            if queues is None:
-                found = kind.lookup(table, name, msg.routing_key, None) or ()
-                queues = routes[msg.routing_key] = sorted(
-                    q for q in found if q and q != channel.deadletter_queue
-                )
-            if queues:
-                ready.append((event, msg, queues))
-            else:
-                result.rejected.append(
-                    (
-                        event,
-                        f"unroutable: no queue bound to routing key {msg.routing_key!r}"
-                        f" on exchange {name!r}",
-                    )
-                )
-        assert self._conn is not None
-        if self._conn.transport_cls in _REDIS_TRANSPORTS:
-            self._push_redis(ready, result)
-            return
-        producer = kombu.Producer(channel, exchange=self.exchange, auto_declare=False)
-        for event, msg, _ in ready:
-            producer.publish(msg.body, routing_key=msg.routing_key, retry=False, **_props(msg))
-            result.confirmed.append(event)
-
-    def _push_redis(
-        self,
-        ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]],
-        result: PublishResult,
-    ) -> None:
-        """LPUSH each message to its bound queues, pipelined: one round trip per chunk.
-
-        The message is built by the channel's own ``prepare_message`` and augmented as its
-        ``basic_publish`` would (base64 body, delivery info), so any Kombu consumer reads it as
-        if Kombu had published it; a test compares the two byte for byte.
-        """
-        channel, name = self._channel, self.exchange.name
-        expires: dict[str, int] = channel._expires or {}
-        with channel.conn_or_acquire() as client:
-            for start in range(0, len(ready), _REDIS_PIPELINE_CHUNK):
-                chunk = ready[start : start + _REDIS_PIPELINE_CHUNK]
-                pipe = client.pipeline(transaction=False)
-                for _, msg, queues in chunk:
-                    props = _props(msg)
-                    raw = channel.prepare_message(
-                        msg.body,
-                        0,
-                        props.pop("content_type"),
-                        props.pop("content_encoding"),
-                        props.pop("headers"),
-                        props,
-                    )
-                    channel._inplace_augment_message(raw, name, msg.routing_key)
-                    payload = kombu_json.dumps(raw)
-                    priority = channel._get_message_priority(raw, reverse=False)
-                    for queue in queues:
-                        pipe.lpush(channel._q_for_pri(queue, priority), payload)
-                        if queue in expires:
-                            for step in channel.priority_steps:
-                                pipe.pexpire(channel._q_for_pri(queue, step), expires[queue])
-                pipe.execute()
-                # Executed chunks are in Redis even if a later chunk fails: the caller retries
-                # only what is not confirmed.
-                result.confirmed.extend(event for event, _, _ in chunk)
-
-
-def _props(msg: message.OutgoingMessage) -> dict[str, Any]:
-    """The message properties of the contract (DESIGN.md §1.3), as Kombu keyword arguments."""
-    return {
-        "content_type": message.CONTENT_TYPE,
-        "content_encoding": message.CONTENT_ENCODING,
-        "headers": msg.headers,
-        "delivery_mode": message.PERSISTENT,
-        "message_id": msg.message_id,
-    }
 
 
 def _describe(exc: BaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -85,3 +85,17 @@ class StatusReport:
             "failed": int(self.counts.get(Status.FAILED.value, 0)),
             "expired_leases": self.expired_leases,
         }
+
+
+@dataclass(slots=True)
+class PublishResult:
+    """What the broker said about each event of a batch."""
+
+    #: The broker confirmed these: they may be marked sent.
+    confirmed: list[ClaimedEvent] = field(default_factory=list)
+    #: Refused (nack, unroutable, not encodable): the attempt failed, with the reason.
+    rejected: list[tuple[ClaimedEvent, str]] = field(default_factory=list)
+    #: The broker could not be reached: not the events' fault, their attempt is given back.
+    unavailable: list[ClaimedEvent] = field(default_factory=list)
+    #: Why the broker was unavailable.
+    error: str | None = None

@@ -12,8 +12,9 @@ import pytest
 import redis
 
 from relay import message
-from relay.publisher import KombuPublisher, _props
+from relay.publisher import KombuPublisher
 from relay.records import ClaimedEvent
+from relay.virtual import _props
 from tests.support.broker import Collector
 
 
