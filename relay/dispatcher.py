@@ -66,6 +66,8 @@ class _Held:
 
     events: list[ClaimedEvent]
     keeper: LeaseKeeper
+    #: The dispatcher's clock when the batch was claimed.
+    claimed_at: float
 
 
 @dataclass(slots=True)
@@ -131,6 +133,9 @@ class Dispatcher:
         previous: _Outcome | None = None
         try:
             while held is not None:
+                held = self._still_held(held, total)
+                if held is None:
+                    break
                 more = (
                     len(held.events) >= size
                     and self.clock() < deadline
@@ -150,10 +155,10 @@ class Dispatcher:
                     held = None
                     self._record(handed_back, next_limit=0)
                     total.add(handed_back.report)
-            assert previous is not None  # the loop ran at least once
-            self._record(previous, next_limit=0)
-            total.add(previous.report)
-            previous = None
+            if previous is not None:
+                self._record(previous, next_limit=0)
+                total.add(previous.report)
+                previous = None
         finally:
             for leftover in (previous, held):
                 if leftover is not None:
@@ -181,7 +186,28 @@ class Dispatcher:
         if not events:
             return None
         keeper = LeaseKeeper(self.store, self.worker_id, events, self.settings.lease_seconds)
-        return _Held(events, keeper.start())
+        return _Held(events, keeper.start(), self.clock())
+
+    def _still_held(self, held: _Held, report: Report) -> _Held | None:
+        """A batch that waited half a lease or more (its worker was paused, say) may have been
+        reclaimed meanwhile: keep only the rows this worker still holds, so it never publishes
+        a row another worker owns. Costs nothing for a batch that did not wait."""
+        if self.clock() - held.claimed_at < self.settings.lease_seconds * 0.5:
+            return held
+        s = self.settings
+        if self.store.renew(self.worker_id, held.events, s.lease_seconds) == len(held.events):
+            return held
+        kept = self.store.still_held(self.worker_id, held.events)
+        report.lost += len(held.events) - len(kept)
+        log.warning(
+            "lease lost on %d of %d rows before publishing: another worker reclaimed them",
+            len(held.events) - len(kept),
+            len(held.events),
+        )
+        if not kept:
+            held.keeper.stop()
+            return None
+        return _Held(kept, held.keeper, self.clock())
 
     def _publish(self, held: _Held) -> _Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""

@@ -112,6 +112,9 @@ def _headers(headers: Mapping[str, Any] | None) -> dict[str, Any] | None:
             raise EventError("headers", f"keys must be non-empty str, got {key!r}")
         if key in RESERVED_HEADERS:
             raise EventError("headers", f"key {key!r} is reserved for the relay")
+        if len(key.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            # An AMQP field-table key is a shortstr: the broker could never carry it.
+            raise EventError("headers", f"key {key[:20]!r}... is over {MAX_NAME_BYTES} bytes")
     try:
         json.dumps(dict(headers), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -234,6 +234,15 @@ class Store:
             params = {**self.dialect.fence_params(_keys(events)), "lease_seconds": lease_seconds}
             return conn.execute(self.dialect.renew(worker), params).rowcount
 
+    def still_held(self, worker: str, events: Sequence[ClaimedEvent]) -> list[ClaimedEvent]:
+        """The rows of ``events`` that ``worker`` still holds (same attempt, still processing)."""
+        if not events:
+            return []
+        with self._tx() as conn:
+            params = self.dialect.fence_params(_keys(events))
+            ids = set(conn.execute(self.dialect.held(worker), params).scalars())
+        return [e for e in events if e.id in ids]
+
     # -- operations ------------------------------------------------------------------------
     def status(self) -> StatusReport:
         """Rows per status, age of the oldest pending row, expired leases."""

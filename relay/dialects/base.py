@@ -199,6 +199,10 @@ class Dialect:
             )
         )
 
+    def held(self, worker: str) -> Select[Any]:
+        """Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`."""
+        return select(outbox.c.id).where(self._fence_many(worker))
+
     def renew(self, worker: str) -> Update:
         """Extend the lease of rows still held; bind ``keys`` and ``lease_seconds``."""
         return (

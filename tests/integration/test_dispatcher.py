@@ -223,3 +223,33 @@ def test_no_lease_keeper_outlives_a_drain(
     assert dispatcher.drain().sent == settings.batch_size * 3
     dispatcher.close()
     assert [t.name for t in threading.enumerate() if t.name.startswith("relay-")] == []
+
+
+def test_a_batch_that_waited_past_its_lease_publishes_only_rows_still_held(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """A batch claimed ahead that waited a whole lease (worker paused) is re-checked before
+    publishing: rows another worker reclaimed meanwhile are dropped, the rest renewed and sent."""
+    from relay.dispatcher import Report
+
+    clock = [0.0]
+    publisher = InMemoryPublisher()
+    dispatcher = Dispatcher(store, publisher, settings, clock=lambda: clock[0])
+    ids = enqueue_many(engine, 10)
+    held = dispatcher._claim(10)
+    assert held is not None
+    assert dispatcher._still_held(held, Report()) is held, "a fresh batch is not re-checked"
+    expire_leases(engine)
+    Store(engine).claim("thief", 4, lease_seconds=60)
+    clock[0] += settings.lease_seconds
+    report = Report()
+    kept = dispatcher._still_held(held, report)
+    assert kept is not None
+    assert [e.id for e in kept.events] == ids[4:]
+    assert report.lost == 4
+    dispatcher._record(dispatcher._publish(kept), next_limit=0)
+    held.keeper.stop()
+    assert publisher.ids == ids[4:]
+    after = rows(engine, *ids)
+    assert {after[i]["locked_by"] for i in ids[:4]} == {"thief"}
+    assert {after[i]["status"] for i in ids[4:]} == {"sent"}

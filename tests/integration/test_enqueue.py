@@ -96,6 +96,7 @@ BAD_EVENTS: list[tuple[str, dict[str, Any], str]] = [
     ("headers NaN", {"headers": {"a": math.nan}}, "headers"),
     ("headers non-str key", {"headers": {1: "a"}}, "headers"),
     ("headers reserved key", {"headers": {"outbox_id": 1}}, "headers"),
+    ("headers key over 255 bytes", {"headers": {"k" * 256: 1}}, "headers"),
     ("ordering_key empty", {"ordering_key": ""}, "ordering_key"),
     ("ordering_key not str", {"ordering_key": 5}, "ordering_key"),
     ("negative delay", {"delay": -1}, "delay"),

@@ -29,6 +29,11 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < now();
 
+-- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
+SELECT outbox.id
+FROM outbox, unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt)
+WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+
 -- list_failed: Dead-lettered rows, oldest first.
 SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
 FROM outbox

@@ -27,6 +27,11 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'));
 
+-- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
+SELECT outbox.id
+FROM outbox
+WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
 -- list_failed: Dead-lettered rows, oldest first.
 SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
 FROM outbox
