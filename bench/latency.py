@@ -1,9 +1,11 @@
-"""Commit-to-consumer latency through the Celery fleet (1 worker, beat at 5 s), p50/p99 over 200
-events, with and without the after-commit wake-up.
+"""Commit-to-consumer latency through the Celery fleet (beat at 5 s), with and without the
+after-commit wake-up: p50/p99 over 200 single-event commits (1 worker), and p50/p95/p99 at
+offered loads of 100, 1,000 and 5,000 events/s (2 workers; a transaction every 10 ms carrying
+rate/100 events).
 
-Events are committed one per transaction every 50 ms through ``Producer.enqueue``; a consumer
-thread timestamps each delivery. The latency of an event runs from just before its COMMIT to
-its arrival at the consumer, on one monotonic clock.
+Events are written through ``Producer.enqueue``; a consumer thread timestamps each delivery.
+The latency of an event runs from just before its COMMIT to its arrival at the consumer, on one
+monotonic clock.
 
     python -m bench.latency [--quick]
 """
@@ -51,14 +53,15 @@ class _Arrivals:
 
     def _on_message(self, body: Any, msg: Any) -> None:
         self.at.setdefault(int(msg.properties["message_id"]), time.monotonic())
-        msg.ack()
 
     def _run(self) -> None:
         exchange = kombu.Exchange(self.route.exchange_name, type="topic", durable=True)
         queue = kombu.Queue(self.route.queue_name, exchange, routing_key="#", durable=True)
         with (
             kombu.Connection(self.route.url) as conn,
-            conn.Consumer([queue], callbacks=[self._on_message], accept=["json"]),
+            # Auto-ack: a per-message ack round trip would make the consumer, not the relay, the
+            # bottleneck at thousands of events per second.
+            conn.Consumer([queue], callbacks=[self._on_message], accept=["json"], no_ack=True),
         ):
             while not self._stop.is_set():
                 try:
@@ -114,14 +117,75 @@ def measure(wakeup: bool, events: int = 200) -> dict[str, Any]:
     }
 
 
+#: Offered loads (events/s) and the producer's commit period.
+RATES = (100, 1000, 5000)
+COMMIT_PERIOD_SECONDS = 0.01
+
+
+def measure_load(rate: int, wakeup: bool, seconds: float, workers: int = 2) -> dict[str, Any]:
+    """Latency percentiles (ms) at ``rate`` events/s offered for ``seconds``."""
+    per_commit = max(1, round(rate * COMMIT_PERIOD_SECONDS))
+    amqp_url = services.AMQP_URL
+    with fixtures.database("latload") as db, fixtures.route(amqp_url, "latload") as route:
+        env = celery_env(db, amqp_url, route.exchange_name, tick_seconds=TICK_SECONDS)
+        settings = Settings.from_env(env)
+        app = Celery("bench-latency-load")
+        app.conf.update(celery_config(settings))
+        producer = Producer(wake=Waker(app, settings) if wakeup else None)
+        engine = create_engine(db)
+        committed: dict[int, float] = {}
+        try:
+            with celery_fleet(env, workers), _Arrivals(route) as arrivals:
+                with Session(engine) as session:
+                    warm_id = producer.enqueue(session, "bench.latency", {"n": -1})
+                    session.commit()
+                arrivals.wait_for([warm_id], 60)
+                start = time.monotonic()
+                slot = 0
+                while time.monotonic() - start < seconds:
+                    with Session(engine) as session:
+                        ids = [
+                            producer.enqueue(session, "bench.latency", {"n": slot, "i": i})
+                            for i in range(per_commit)
+                        ]
+                        began = time.monotonic()
+                        session.commit()
+                    committed.update(dict.fromkeys(ids, began))
+                    slot += 1
+                    pause = start + slot * COMMIT_PERIOD_SECONDS - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)  # pacing of the producer, not synchronization
+                achieved = len(committed) / (time.monotonic() - start)
+                arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 60)
+        finally:
+            engine.dispose()
+    latencies = sorted(arrivals.at[i] - t for i, t in committed.items())
+    return {
+        "rate": rate,
+        "wakeup": wakeup,
+        "achieved_per_s": round(achieved),
+        "events": len(latencies),
+        "p50_ms": round(percentile(latencies, 0.50) * 1000, 1),
+        "p95_ms": round(percentile(latencies, 0.95) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "max_ms": round(latencies[-1] * 1000, 1),
+    }
+
+
 def run(quick: bool = False) -> dict[str, Any]:
-    """p50/p99 commit-to-consumer latency with and without the wake-up, beat at 5 s."""
+    """Commit-to-consumer latency with and without the wake-up, beat at 5 s: single commits,
+    then at offered loads."""
     events = 40 if quick else 200
+    seconds = 1.0 if quick else 5.0
+    rates = RATES[:2] if quick else RATES
     return {
         "tick_seconds": TICK_SECONDS,
         "interval_seconds": INTERVAL_SECONDS,
         "with_wakeup": measure(True, events),
         "without_wakeup": measure(False, events),
+        "under_load": [
+            measure_load(rate, wakeup, seconds) for rate in rates for wakeup in (True, False)
+        ],
         "loadavg": services.loadavg(),
     }
 

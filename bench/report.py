@@ -13,8 +13,10 @@ from bench import markdown, plots
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
-    """Every section's saved record, by section name."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+    """Every section's saved record, by section name (other JSON there, such as
+    ``claim_rates.json`` from ``bench/claim_rates.py``, is not a section and is skipped)."""
+    records = {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+    return {name: rec for name, rec in records.items() if "section" in rec and "data" in rec}
 
 
 def write(results: Path, docs: Path) -> Path:
