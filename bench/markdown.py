@@ -162,6 +162,9 @@ def render(recs: dict[str, Any], res: dict[str, Any]) -> str:
         "",
         "![throughput](img/bench-throughput.png)",
         "",
+        "Why the relay reaches about 0.4x of the publish-only ceiling on this machine, what was "
+        "profiled and changed, and the per-event CPU split: `docs/performance.md`.",
+        "",
         "## What these figures depend on",
         "",
         *_versions(res.get("env", {})),
