@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from relay.store import create_engine
 from tests.support import services
 from tests.support.broker import Collector
 from tests.support.celery_fleet import (
@@ -25,13 +23,6 @@ from tests.support.celery_fleet import (
 pytestmark = pytest.mark.timeout(300)
 
 EVENTS = 20_000
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ import sqlalchemy as sa
 from relay.celery import CLAIM_AND_DISPATCH, PURGE_SENT, create_app
 from relay.config import Settings
 from relay.schema import outbox
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.celery_fleet import (
     counts,
@@ -24,13 +22,6 @@ from tests.support.celery_fleet import (
 )
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,10 @@ import relay
 from relay import producer
 from relay.celery import create_app
 from relay.config import Settings
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.celery_fleet import fleet, relay_env, unique_queue, wait_until
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture

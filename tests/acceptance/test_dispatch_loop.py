@@ -8,14 +8,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.rows import count_by_status
 
@@ -35,19 +32,11 @@ def _env(db_url: str, amqp_url: str, exchange: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(pg_url)
-    yield engine
-    engine.dispose()
-
-
 def test_two_loops_deliver_exactly_the_committed_events_once(
-    pg_url: str, pg_engine: sa.Engine, amqp_url: str, exchange_name: str, collector: Collector
+    pg_url: str, engine: sa.Engine, amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:
     """5,000 committed events (plus rolled-back ones) through two relay processes: each
     committed event arrives exactly once, no rolled-back event arrives, no row is left behind."""
-    engine = pg_engine
     committed: set[int] = set()
     rolled_back: set[int] = set()
     env = _env(pg_url, amqp_url, exchange_name)
@@ -89,10 +78,9 @@ def test_two_loops_deliver_exactly_the_committed_events_once(
 
 
 def test_sigterm_finishes_the_batch_in_flight(
-    pg_url: str, pg_engine: sa.Engine, amqp_url: str, exchange_name: str, collector: Collector
+    pg_url: str, engine: sa.Engine, amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:
     """A relay stopped with SIGTERM while draining leaves no row in processing."""
-    engine = pg_engine
     with Session(engine) as session, session.begin():
         for i in range(3000):
             relay.enqueue(session, "bulk.item", {"i": i})

@@ -10,17 +10,16 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     Fleet,
     SteadyProducer,
     audit_delivery,
+    drained,
     ids_with_status,
     relay_env,
     report,
-    statuses,
     wait_until,
 )
 from tests.support.proxy import TcpProxy, running_proxy
@@ -31,22 +30,10 @@ MAX_ATTEMPTS = 3
 
 
 @pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
 def proxy(amqp_url: str) -> Iterator[TcpProxy]:
     parts = urlsplit(amqp_url)
     with running_proxy(parts.hostname or "127.0.0.1", parts.port or 5672) as p:
         yield p
-
-
-def _drained(engine: sa.Engine) -> bool:
-    s = statuses(engine)
-    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
 
 
 @pytest.mark.slow
@@ -98,7 +85,7 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
             wait_until(lambda: proxy.accepted > 0 and proxy.connections > 0, 30, "a reconnect")
             recoveries.append(time.monotonic() - restored)
         committed = producer.join()
-        drain = wait_until(lambda: _drained(engine), 90, "the drain after the outages")
+        drain = wait_until(lambda: drained(engine), 90, "the drain after the outages")
         assert all(w.alive() for w in fleet.workers), fleet.logs()
         result = audit_delivery(
             engine, collector, committed, duplicate_bound=cuts * WORKERS * IN_FLIGHT_BATCHES * BATCH
@@ -157,7 +144,7 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
         proxy.restore()
         restored = time.monotonic()
         committed = producer.join()
-        wait_until(lambda: _drained(engine), 90, "the drain after the black hole")
+        wait_until(lambda: drained(engine), 90, "the drain after the black hole")
         recover = time.monotonic() - restored
         fleet.assert_alive()
         result = audit_delivery(

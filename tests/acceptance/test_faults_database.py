@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from relay.store import create_engine
 from tests.support import databases, services
 from tests.support.broker import Collector
 from tests.support.fleet import (
@@ -19,11 +17,11 @@ from tests.support.fleet import (
     Fleet,
     SteadyProducer,
     audit_delivery,
+    drained,
     enqueue_committed,
     ids_with_status,
     relay_env,
     report,
-    statuses,
     wait_until,
 )
 
@@ -33,13 +31,6 @@ RESTART_BATCH = 20
 WORKERS = 3
 #: Fleet workers name their sessions relay-<worker> (tests.support.fleet.Fleet.start).
 FLEET_APPS = "relay-w%"
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 def _terminate_fleet_sessions(admin: sa.Engine, database: str) -> int:
@@ -53,11 +44,6 @@ def _terminate_fleet_sessions(admin: sa.Engine, database: str) -> int:
                 {"db": database, "app": FLEET_APPS},
             ).all()
         )
-
-
-def _drained(engine: sa.Engine) -> bool:
-    s = statuses(engine)
-    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
 
 
 @pytest.mark.timeout(150)
@@ -88,7 +74,7 @@ def test_terminated_database_sessions_reconnect_and_lose_nothing(
             fleet.assert_alive()
         last = time.monotonic()
         committed = producer.join()
-        wait_until(lambda: _drained(engine), 60, "the drain after the last termination")
+        wait_until(lambda: drained(engine), 60, "the drain after the last termination")
         recover = time.monotonic() - last
         fleet.assert_alive()
         result = audit_delivery(
@@ -163,7 +149,7 @@ def test_database_restart_mid_drain_workers_reconnect_and_lose_nothing(
         back = wait_until(lambda: _accepts_connections(engine), 60, "PostgreSQL to come back")
         restart_s = time.monotonic() - started
         unsent_when_back = len(ids) - len(ids_with_status(engine, "sent"))
-        wait_until(lambda: _drained(engine), 60, "the drain after the restart")
+        wait_until(lambda: drained(engine), 60, "the drain after the restart")
         recover = time.monotonic() - started - restart_s
         fleet.assert_alive()
         result = audit_delivery(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,11 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.schema import outbox
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.fleet import RELAY_BIN, relay_env, statuses
 from tests.unit.test_config import BAD_VALUES
 
 SECRET = "hunter2-s3cr3t"
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 def _relay(

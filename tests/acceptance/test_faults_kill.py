@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     Fleet,
     SteadyProducer,
     audit_delivery,
+    drained,
     holders,
     relay_env,
     report,
@@ -26,18 +25,6 @@ from tests.support.fleet import (
 
 BATCH = 100
 LEASE = 3
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
-
-
-def _drained(engine: sa.Engine) -> bool:
-    s = statuses(engine)
-    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
 
 
 @pytest.mark.timeout(180)
@@ -76,7 +63,7 @@ def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_
             # Pacing between faults, not synchronisation: let the fleet make progress.
             time.sleep(0.8)
         committed = producer.join()
-        wait_until(lambda: _drained(engine), 60, "the fleet to drain after the last kill")
+        wait_until(lambda: drained(engine), 60, "the fleet to drain after the last kill")
         recover = time.monotonic() - last_kill
         kills = len(killed)
         result = audit_delivery(
@@ -120,7 +107,7 @@ def test_sigterm_finishes_the_batch_in_flight(
         assert worker.proc.wait(timeout=30) == 0, worker.log()
         assert statuses(engine).get("processing", 0) == 0, "SIGTERM stranded a batch"
         fleet.start(1)
-        wait_until(lambda: _drained(engine), 60, "the drain to finish")
+        wait_until(lambda: drained(engine), 60, "the drain to finish")
         audit_delivery(engine, collector, ids, duplicate_bound=0)
     finally:
         fleet.stop()

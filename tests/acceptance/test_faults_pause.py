@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ import pytest
 import sqlalchemy as sa
 
 from relay.schema import outbox
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
@@ -33,13 +31,6 @@ LEASE = 2
 #: with the next claim. A batch claimed ahead is re-checked before it is published, so rows
 #: others took over meanwhile are not published again.
 PAUSE_BOUND = IN_FLIGHT_BATCHES * BATCH
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 def _held_by(engine: sa.Engine, pid: int) -> dict[int, tuple[str, int]]:

@@ -10,7 +10,6 @@ import pytest
 import sqlalchemy as sa
 
 from relay.schema import outbox
-from relay.store import create_engine
 from tests.support.broker import Collector
 from tests.support.fleet import (
     Fleet,
@@ -24,13 +23,6 @@ from tests.support.fleet import (
 
 GOOD = 4000
 MAX_ATTEMPTS = 3
-
-
-@pytest.fixture
-def engine(pg_url: str) -> Iterator[sa.Engine]:
-    eng = create_engine(pg_url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture

@@ -26,14 +26,17 @@ class _Ceiling(random.Random):
         return b
 
 
-def _drain_until(dispatcher: Dispatcher, done: Any, max_cycles: int = 500) -> None:
-    """Run cycles until ``done()``; bounded so a bug fails instead of hanging."""
-    for _ in range(max_cycles):
-        if done():
-            return
+def _drain_until(dispatcher: Dispatcher, done: Any, timeout: float = 30.0) -> None:
+    """Run cycles until ``done()``; bounded in time (backoffs must be able to elapse, however
+    fast a cycle is) so a bug fails instead of hanging."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError("the relay did not converge")
         dispatcher.run_once()
         dispatcher.breaker.record_success()
-    raise AssertionError("the relay did not converge")
 
 
 def test_failing_row_backs_off_then_dead_letters_while_others_flow(

@@ -313,3 +313,9 @@ def report(scenario: str, **numbers: object) -> None:
         f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in numbers.items()
     )
     print(f"[faults] {scenario}: {text}", flush=True)
+
+
+def drained(engine: sa.Engine) -> bool:
+    """No row is pending or processing any more."""
+    s = statuses(engine)
+    return s.get("pending", 0) == 0 and s.get("processing", 0) == 0
