@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # Alembic narrates each plugin and step at INFO; `relay migrate` prints its own result.
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         settings = Settings.from_env()
         return int(_COMMANDS[args.command](settings, args) or 0)
