@@ -45,8 +45,15 @@ class Backend:
         """Remove the template."""
 
 
-class PostgresBackend(Backend):
-    name = "postgresql"
+class ServerBackend(Backend):
+    """A database server reached through an admin URL: a template database, one per test."""
+
+    #: Set by subclasses: the admin URL, the service's name, the identifier quote, and the
+    #: DROP DATABASE suffix.
+    admin_url = ""
+    service = ""
+    quote = '"'
+    drop_suffix = ""
 
     def __init__(self) -> None:
         self.template = f"relay_tpl_{uuid.uuid4().hex[:10]}"
@@ -58,103 +65,83 @@ class PostgresBackend(Backend):
             # Pre-ping: a session-long admin connection can be cut by a test that restarts or
             # terminates backends (the fault suite), and the final DROP must still work.
             self._admin = sa.create_engine(
-                services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True
+                self.admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True
             )
         return self._admin
 
+    def q(self, name: str) -> str:
+        return f"{self.quote}{name}{self.quote}"
+
     def url_for(self, database: str) -> str:
-        return sa.make_url(services.PG_ADMIN_URL).set(database=database).render_as_string(False)
+        return sa.make_url(self.admin_url).set(database=database).render_as_string(False)
 
     def require(self) -> None:
-        services.require("PostgreSQL", services.PG_ADMIN_URL)
+        services.require(self.service, self.admin_url)
+
+    def _create_database(self, prefix: str) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {self.q(name)}"))
+        return name
 
     def prepare(self) -> None:
         with self.admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{self.template}"'))
+            conn.execute(sa.text(f"CREATE DATABASE {self.q(self.template)}"))
         migrate.upgrade(self.url_for(self.template))
 
-    def create(self) -> str:
-        name = f"relay_t_{uuid.uuid4().hex[:12]}"
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
-        return self.url_for(name)
-
     def create_empty(self) -> str:
-        name = f"relay_e_{uuid.uuid4().hex[:12]}"
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        return self.url_for(name)
+        return self.url_for(self._create_database("relay_e"))
 
     def drop(self, url: str) -> None:
-        name = sa.make_url(url).database
+        name = sa.make_url(url).database or ""
         with self.admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-    def finish(self) -> None:
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)'))
-        self.admin.dispose()
-
-
-class MySQLBackend(Backend):
-    """MySQL 8 or MariaDB >= 10.6: a database per test, its tables cloned from the template's
-    with ``CREATE TABLE … LIKE`` (indexes, defaults and checks included)."""
-
-    name = "mysql"
-    TABLES = ("outbox", "relay_alembic_version")
-
-    def __init__(self) -> None:
-        self.template = f"relay_tpl_{uuid.uuid4().hex[:10]}"
-        self._admin: sa.Engine | None = None
-
-    @property
-    def admin(self) -> sa.Engine:
-        if self._admin is None:
-            self._admin = sa.create_engine(
-                services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True
-            )
-        return self._admin
-
-    def url_for(self, database: str) -> str:
-        return sa.make_url(services.MYSQL_ADMIN_URL).set(database=database).render_as_string(False)
-
-    def require(self) -> None:
-        services.require("MySQL/MariaDB", services.MYSQL_ADMIN_URL)
-
-    def prepare(self) -> None:
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE `{self.template}`"))
-        migrate.upgrade(self.url_for(self.template))
-
-    def create(self) -> str:
-        name = f"relay_t_{uuid.uuid4().hex[:12]}"
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE `{name}`"))
-            for table in self.TABLES:
-                conn.execute(
-                    sa.text(f"CREATE TABLE `{name}`.{table} LIKE `{self.template}`.{table}")
-                )
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO `{name}`.relay_alembic_version "
-                    f"SELECT * FROM `{self.template}`.relay_alembic_version"
-                )
-            )
-        return self.url_for(name)
-
-    def create_empty(self) -> str:
-        name = f"relay_e_{uuid.uuid4().hex[:12]}"
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE `{name}`"))
-        return self.url_for(name)
-
-    def drop(self, url: str) -> None:
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{sa.make_url(url).database}`"))
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {self.q(name)}{self.drop_suffix}"))
 
     def finish(self) -> None:
         self.drop(self.url_for(self.template))
         self.admin.dispose()
+
+
+class PostgresBackend(ServerBackend):
+    """PostgreSQL: each test's database is a copy of the migrated template database."""
+
+    name = "postgresql"
+    admin_url = services.PG_ADMIN_URL
+    service = "PostgreSQL"
+    drop_suffix = " WITH (FORCE)"
+
+    def create(self) -> str:
+        name = f"relay_t_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(
+                sa.text(f"CREATE DATABASE {self.q(name)} TEMPLATE {self.q(self.template)}")
+            )
+        return self.url_for(name)
+
+
+class MySQLBackend(ServerBackend):
+    """MySQL 8 or MariaDB >= 10.6: a database per test, its tables cloned from the template's
+    with ``CREATE TABLE … LIKE`` (indexes, defaults and checks included)."""
+
+    name = "mysql"
+    admin_url = services.MYSQL_ADMIN_URL
+    service = "MySQL/MariaDB"
+    quote = "`"
+    TABLES = ("outbox", "relay_alembic_version")
+
+    def create(self) -> str:
+        name = self._create_database("relay_t")
+        tpl = self.q(self.template)
+        with self.admin.connect() as conn:
+            for table in self.TABLES:
+                conn.execute(sa.text(f"CREATE TABLE {self.q(name)}.{table} LIKE {tpl}.{table}"))
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {self.q(name)}.relay_alembic_version "
+                    f"SELECT * FROM {tpl}.relay_alembic_version"
+                )
+            )
+        return self.url_for(name)
 
 
 class SQLiteBackend(Backend):
