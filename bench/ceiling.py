@@ -144,14 +144,7 @@ def kombu_producer(route: fixtures.Route, msgs: list[OutgoingMessage], confirm: 
         start = time.perf_counter()
         for msg in msgs:
             producer.publish(
-                msg.body,
-                routing_key=msg.routing_key,
-                content_type=message.CONTENT_TYPE,
-                content_encoding=message.CONTENT_ENCODING,
-                headers=msg.headers,
-                delivery_mode=message.PERSISTENT,
-                message_id=msg.message_id,
-                retry=False,
+                msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
             )
         return len(msgs) / (time.perf_counter() - start)
 

@@ -44,13 +44,9 @@ def relay_one(conn: sa.Connection, producer: kombu.Producer) -> bool:
     producer.publish(
         msg.body,
         routing_key=msg.routing_key,
-        content_type=message.CONTENT_TYPE,
-        content_encoding=message.CONTENT_ENCODING,
-        headers=msg.headers,
-        delivery_mode=message.PERSISTENT,
-        message_id=msg.message_id,
         mandatory=True,
         retry=False,
+        **message.properties(msg),
     )
     conn.execute(MARK_SENT, {"id": event.id})
     return True

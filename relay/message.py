@@ -26,6 +26,17 @@ class OutgoingMessage:
     message_id: str
 
 
+def properties(msg: OutgoingMessage) -> dict[str, Any]:
+    """The message properties of the contract, as Kombu ``publish`` keyword arguments."""
+    return {
+        "content_type": CONTENT_TYPE,
+        "content_encoding": CONTENT_ENCODING,
+        "headers": msg.headers,
+        "delivery_mode": PERSISTENT,
+        "message_id": msg.message_id,
+    }
+
+
 def encode_body(payload: Any) -> bytes:
     """The payload as compact UTF-8 JSON; NaN and Infinity are not JSON and are refused."""
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

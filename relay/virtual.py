@@ -57,7 +57,9 @@ def publish(
         return
     producer = kombu.Producer(channel, exchange=exchange, auto_declare=False)
     for event, msg, _ in ready:
-        producer.publish(msg.body, routing_key=msg.routing_key, retry=False, **_props(msg))
+        producer.publish(
+            msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
+        )
         result.confirmed.append(event)
 
 
@@ -80,7 +82,7 @@ def _push_redis(
             chunk = ready[start : start + _REDIS_PIPELINE_CHUNK]
             pipe = client.pipeline(transaction=False)
             for _, msg, queues in chunk:
-                props = _props(msg)
+                props = message.properties(msg)
                 raw = channel.prepare_message(
                     msg.body,
                     0,
@@ -101,14 +103,3 @@ def _push_redis(
             # Executed chunks are in Redis even if a later chunk fails: the caller retries
             # only what is not confirmed.
             result.confirmed.extend(event for event, _, _ in chunk)
-
-
-def _props(msg: message.OutgoingMessage) -> dict[str, Any]:
-    """The message properties of the contract (DESIGN.md §1.3), as Kombu keyword arguments."""
-    return {
-        "content_type": message.CONTENT_TYPE,
-        "content_encoding": message.CONTENT_ENCODING,
-        "headers": msg.headers,
-        "delivery_mode": message.PERSISTENT,
-        "message_id": msg.message_id,
-    }

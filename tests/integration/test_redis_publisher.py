@@ -14,7 +14,6 @@ import redis
 from relay import message
 from relay.publisher import KombuPublisher
 from relay.records import ClaimedEvent
-from relay.virtual import _props
 from tests.support.broker import Collector
 
 
@@ -66,7 +65,7 @@ def test_batch_is_stored_exactly_as_kombu_would_store_it(
             event = _event(7)
             msg = message.build(event)
             kombu.Producer(conn.channel(), exchange=exchange).publish(
-                msg.body, routing_key=msg.routing_key, **_props(msg)
+                msg.body, routing_key=msg.routing_key, **message.properties(msg)
             )
             assert publisher.publish([event]).confirmed == [event]
             by_kombu, by_relay = _stored(redis_url, queue)
