@@ -12,10 +12,12 @@ monotonic clock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import kombu
@@ -77,37 +79,57 @@ class _Arrivals:
             time.sleep(0.01)
 
 
-def measure(wakeup: bool, events: int = 200) -> dict[str, Any]:
-    """Latency percentiles (seconds) of ``events`` single-event commits."""
+class _Bench:
+    """A running fleet with a producer whose commits can wake it, and a timed consumer."""
+
+    def __init__(self, producer: Producer, engine: Any, arrivals: _Arrivals) -> None:
+        self.producer, self.engine, self.arrivals = producer, engine, arrivals
+
+    def commit(self, payloads: list[dict[str, Any]]) -> tuple[list[int], float]:
+        """Enqueue ``payloads`` in one transaction; returns their ids and when COMMIT began."""
+        with Session(self.engine) as session:
+            ids = [self.producer.enqueue(session, "bench.latency", p) for p in payloads]
+            began = time.monotonic()
+            session.commit()
+        return ids, began
+
+
+@contextlib.contextmanager
+def _bench(label: str, wakeup: bool, workers: int) -> Iterator[_Bench]:
+    """Database, route, ``workers`` Celery workers plus beat at ``TICK_SECONDS``, a consumer,
+    and one event already delivered (the fleet is warm when the clock starts)."""
     amqp_url = services.AMQP_URL
-    with fixtures.database("latency") as db, fixtures.route(amqp_url, "latency") as route:
+    with fixtures.database(label) as db, fixtures.route(amqp_url, label) as route:
         env = celery_env(db, amqp_url, route.exchange_name, tick_seconds=TICK_SECONDS)
         settings = Settings.from_env(env)
-        app = Celery("bench-latency")
+        app = Celery(f"bench-{label}")
         app.conf.update(celery_config(settings))
         producer = Producer(wake=Waker(app, settings) if wakeup else None)
         engine = create_engine(db)
-
-        def commit_one(n: int) -> tuple[int, float]:
-            with Session(engine) as session:
-                event_id = producer.enqueue(session, "bench.latency", {"n": n})
-                started = time.monotonic()
-                session.commit()
-            return event_id, started
-
         try:
-            with celery_fleet(env, 1), _Arrivals(route) as arrivals:
-                warm_id, _ = commit_one(-1)
-                arrivals.wait_for([warm_id], 60)
-                committed: dict[int, float] = {}
-                for n in range(events):
-                    event_id, started = commit_one(n)
-                    committed[event_id] = started
-                    time.sleep(INTERVAL_SECONDS)  # pacing of the producer, not synchronization
-                arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 30)
+            with celery_fleet(env, workers), _Arrivals(route) as arrivals:
+                bench = _Bench(producer, engine, arrivals)
+                warm, _ = bench.commit([{"n": -1}])
+                arrivals.wait_for(warm, 60)
+                yield bench
         finally:
             engine.dispose()
-    latencies = sorted(arrivals.at[i] - t for i, t in committed.items())
+
+
+def _latencies(bench: _Bench, committed: dict[int, float]) -> list[float]:
+    return sorted(bench.arrivals.at[i] - t for i, t in committed.items())
+
+
+def measure(wakeup: bool, events: int = 200) -> dict[str, Any]:
+    """Latency percentiles (seconds) of ``events`` single-event commits."""
+    committed: dict[int, float] = {}
+    with _bench("latency", wakeup, workers=1) as bench:
+        for n in range(events):
+            (event_id,), began = bench.commit([{"n": n}])
+            committed[event_id] = began
+            time.sleep(INTERVAL_SECONDS)  # pacing of the producer, not synchronization
+        bench.arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 30)
+        latencies = _latencies(bench, committed)
     return {
         "wakeup": wakeup,
         "events": events,
@@ -125,41 +147,20 @@ COMMIT_PERIOD_SECONDS = 0.01
 def measure_load(rate: int, wakeup: bool, seconds: float, workers: int = 2) -> dict[str, Any]:
     """Latency percentiles (ms) at ``rate`` events/s offered for ``seconds``."""
     per_commit = max(1, round(rate * COMMIT_PERIOD_SECONDS))
-    amqp_url = services.AMQP_URL
-    with fixtures.database("latload") as db, fixtures.route(amqp_url, "latload") as route:
-        env = celery_env(db, amqp_url, route.exchange_name, tick_seconds=TICK_SECONDS)
-        settings = Settings.from_env(env)
-        app = Celery("bench-latency-load")
-        app.conf.update(celery_config(settings))
-        producer = Producer(wake=Waker(app, settings) if wakeup else None)
-        engine = create_engine(db)
-        committed: dict[int, float] = {}
-        try:
-            with celery_fleet(env, workers), _Arrivals(route) as arrivals:
-                with Session(engine) as session:
-                    warm_id = producer.enqueue(session, "bench.latency", {"n": -1})
-                    session.commit()
-                arrivals.wait_for([warm_id], 60)
-                start = time.monotonic()
-                slot = 0
-                while time.monotonic() - start < seconds:
-                    with Session(engine) as session:
-                        ids = [
-                            producer.enqueue(session, "bench.latency", {"n": slot, "i": i})
-                            for i in range(per_commit)
-                        ]
-                        began = time.monotonic()
-                        session.commit()
-                    committed.update(dict.fromkeys(ids, began))
-                    slot += 1
-                    pause = start + slot * COMMIT_PERIOD_SECONDS - time.monotonic()
-                    if pause > 0:
-                        time.sleep(pause)  # pacing of the producer, not synchronization
-                achieved = len(committed) / (time.monotonic() - start)
-                arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 60)
-        finally:
-            engine.dispose()
-    latencies = sorted(arrivals.at[i] - t for i, t in committed.items())
+    committed: dict[int, float] = {}
+    with _bench("latload", wakeup, workers) as bench:
+        start = time.monotonic()
+        slot = 0
+        while time.monotonic() - start < seconds:
+            ids, began = bench.commit([{"n": slot, "i": i} for i in range(per_commit)])
+            committed.update(dict.fromkeys(ids, began))
+            slot += 1
+            pause = start + slot * COMMIT_PERIOD_SECONDS - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)  # pacing of the producer, not synchronization
+        achieved = len(committed) / (time.monotonic() - start)
+        bench.arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 60)
+        latencies = _latencies(bench, committed)
     return {
         "rate": rate,
         "wakeup": wakeup,
