@@ -5,16 +5,95 @@ host: Kombu's filesystem transport keeps queues *and* exchange bindings in folde
 consumer in another process that binds a queue receives the events. (The in-memory and
 SQLAlchemy transports keep bindings in each process's memory: events published from a relay
 process would find no binding there and be refused as unroutable.)
+
+Kombu's own filesystem channel creates a message file and only then writes it, so a consumer
+listing the folder in between takes an empty file, fails to decode it and has already removed
+it: the message is lost (celery/kombu#1551). Importing this module makes ``filesystem://``
+resolve to :class:`Transport`, whose channel writes each message under a name no reader picks
+up and renames it into place, and takes messages by renaming them into a folder beside the
+queue folder (same file system, so the rename is atomic and only one consumer wins it).
 """
 
 from __future__ import annotations
 
+import os
+import uuid
+from contextlib import suppress
 from pathlib import Path
+from queue import Empty
+from time import monotonic
 from typing import Any
 from urllib.parse import urlsplit
 
+import kombu.transport
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps, loads
+
 #: Where ``filesystem://`` keeps its folders when the URL names none: the working directory.
 EMBEDDED_DIR = "relay-broker"
+#: Suffix of a message file still being written; readers match ``<queue>.msg`` exactly.
+_PART = ".part"
+
+
+class Channel(filesystem.Channel):
+    """Kombu's filesystem channel with atomic hand-over of message files."""
+
+    # Kombu's base and filesystem channels name the second argument differently.
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Write ``message`` to ``queue``: a ``.part`` file renamed into place once written."""
+        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        final = os.path.join(self.data_folder_out, name)
+        part = final + _PART
+        try:
+            with open(part, "wb") as f:
+                f.write(str_to_bytes(dumps(message)))
+            os.replace(part, final)
+        except OSError as exc:
+            with suppress(OSError):
+                os.unlink(part)
+            raise ChannelError(f"Cannot add file {final!r} to directory") from exc
+
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
+        """Take the oldest message of ``queue``: whoever renames its file away owns it."""
+        wanted = f"{queue}.msg"
+        taken_dir = self.processed_folder
+        for name in sorted(os.listdir(self.data_folder_in)):
+            if name.partition(".")[2] != wanted:
+                continue
+            taken = os.path.join(taken_dir, name)
+            try:
+                os.rename(os.path.join(self.data_folder_in, name), taken)
+            except FileNotFoundError:
+                continue  # another consumer took it first
+            except OSError as exc:
+                raise ChannelError(f"Cannot take file {name!r} from queue {queue!r}") from exc
+            try:
+                with open(taken, "rb") as f:
+                    payload = f.read()
+                if not self.store_processed:
+                    os.unlink(taken)
+            except OSError as exc:
+                raise ChannelError(f"Cannot read file {taken!r} from queue.") from exc
+            return loads(bytes_to_str(payload))
+        raise Empty()
+
+
+class Transport(filesystem.Transport):
+    """Kombu's filesystem transport with :class:`Channel`."""
+
+    Channel = Channel
+
+
+def _register() -> None:
+    """Make ``filesystem://`` mean :class:`Transport` in this process."""
+    kombu.transport.TRANSPORT_ALIASES["filesystem"] = f"{__name__}:Transport"
+    # A connection made before this import may have cached Kombu's class under the alias.
+    getattr(kombu.transport, "_transport_cache", {}).pop("filesystem", None)
+
+
+_register()
 
 
 def embedded_folder(url: str) -> Path | None:
@@ -32,13 +111,16 @@ def transport_options(url: str) -> dict[str, Any]:
     base = embedded_folder(url)
     if base is None:
         return {}
-    queues, control = base / "queues", base / "control"
-    queues.mkdir(parents=True, exist_ok=True)
-    control.mkdir(parents=True, exist_ok=True)
+    folders = {name: base / name for name in ("queues", "control", "taken")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
     return {
-        "data_folder_in": str(queues),
-        "data_folder_out": str(queues),
-        "control_folder": str(control),
+        "data_folder_in": str(folders["queues"]),
+        "data_folder_out": str(folders["queues"]),
+        "control_folder": str(folders["control"]),
+        # Where a consumer moves a message file it takes (read, then deleted): beside the
+        # queue folder, so taking it is one atomic rename.
+        "processed_folder": str(folders["taken"]),
         "store_processed": False,
         # The transport polls its folders; Kombu's 1 s default would add a second of latency.
         "polling_interval": 0.1,
