@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -42,8 +43,10 @@ def test_a_polling_consumer_never_takes_a_half_written_message(tmp_path: Path) -
         queue = fs_peers.bind(conn, _queue_name())
         publisher = _peer("publish", url, str(COUNT))
         taken: list[str] = []
+        deadline = time.monotonic() + 120
         # A decode error from a half-written file would raise out of get() and fail the test.
         while publisher.poll() is None or len(taken) < COUNT:
+            assert time.monotonic() < deadline, f"only {len(taken)} of {COUNT} taken in 120 s"
             msg = queue.get(no_ack=True)
             if msg is not None:
                 taken.append(msg.properties["message_id"])
