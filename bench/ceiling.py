@@ -18,7 +18,7 @@ import amqp
 import kombu
 
 from bench import fixtures, procs, rows
-from bench.drain import Workload, measure
+from bench.drain import grid
 from bench.stats import summarize
 from relay import message
 from relay.message import OutgoingMessage
@@ -201,16 +201,14 @@ def sql_ceiling(
     batches: list[int],
 ) -> dict[str, Any]:
     """Claim + mark sent with no broker, per (processes, batch size); rows/s."""
-    out: dict[str, Any] = {}
-    for n in processes:
-        for batch in batches:
-            work = Workload(
-                argv=procs.module_command("bench.sqlonly"),
-                ready=procs.BENCH_READY,
-                processes=n,
-                batch_size=batch,
-                database_url=database_url,
-                route=route,
-            )
-            out[f"p{n}_b{batch}"] = measure(work, count, reps, check_queue=False)
-    return out
+    return grid(
+        procs.module_command("bench.sqlonly"),
+        procs.BENCH_READY,
+        database_url,
+        route,
+        count,
+        reps,
+        processes,
+        batches,
+        check_queue=False,
+    )

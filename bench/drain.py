@@ -83,6 +83,27 @@ def measure(
     return result
 
 
+def grid(
+    argv: Sequence[str],
+    ready: str,
+    database_url: str,
+    route: Route,
+    count: int,
+    reps: int,
+    processes: list[int],
+    batches: list[int],
+    *,
+    check_queue: bool = True,
+) -> dict[str, Any]:
+    """:func:`measure` for every (processes, batch size), keyed ``p<N>_b<batch>``; rows/s."""
+    out: dict[str, Any] = {}
+    for n in processes:
+        for batch in batches:
+            work = Workload(argv, ready, n, batch, database_url, route)
+            out[f"p{n}_b{batch}"] = measure(work, count, reps, check_queue=check_queue)
+    return out
+
+
 def _one_drain(engine: sa.Engine, count: int, running: Any, timeout: float) -> float:
     rows.insert_pending(engine, count)
     committed = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import procs
-from bench.drain import Workload, measure
+from bench.drain import Workload, grid, measure
 from bench.fixtures import Route
 
 
@@ -18,19 +18,16 @@ def relay_grid(
     batches: list[int],
 ) -> dict[str, Any]:
     """``relay dispatch --loop`` in 1/2/4 processes at each batch size; rows/s."""
-    out: dict[str, Any] = {}
-    for n in processes:
-        for batch in batches:
-            work = Workload(
-                argv=procs.relay_command(),
-                ready=procs.RELAY_READY,
-                processes=n,
-                batch_size=batch,
-                database_url=database_url,
-                route=route,
-            )
-            out[f"p{n}_b{batch}"] = measure(work, count, reps)
-    return out
+    return grid(
+        procs.relay_command(),
+        procs.RELAY_READY,
+        database_url,
+        route,
+        count,
+        reps,
+        processes,
+        batches,
+    )
 
 
 def naive(
