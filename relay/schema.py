@@ -1,4 +1,15 @@
-"""The ``outbox`` table as SQLAlchemy Core metadata: the target of the Alembic chain."""
+"""The relay's tables as SQLAlchemy Core metadata: the target of the Alembic chain.
+
+``outbox`` holds the events. Ordering keys add two small tables, one row per key, split by who
+writes them so that neither waits for the other:
+
+- ``outbox_sequence``: the producers' side. An enqueue of a keyed event locks and increments its
+  key's row in the business transaction, so writers of one key take turns until commit and the
+  numbers they get follow commit order, with no gaps (a rollback takes its number back).
+- ``outbox_progress``: the relay's side, the last sequence number of the key that was sent. It
+  outlives the purge of sent rows, and the relay updates it without touching a row a producer's
+  open transaction may hold.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +53,8 @@ Timestamp = UtcDateTime()
 
 STATUSES = ", ".join(f"'{s.value}'" for s in Status)
 UNFINISHED_SQL = "status IN ('pending', 'processing')"
+#: Rows the unordered claim walks: unfinished and without a sequence number.
+UNORDERED_UNFINISHED_SQL = f"{UNFINISHED_SQL} AND seq IS NULL"
 
 outbox = Table(
     "outbox",
@@ -60,6 +73,9 @@ outbox = Table(
     Column("created_at", Timestamp, nullable=False, server_default=utc_now()),
     Column("updated_at", Timestamp, nullable=False, server_default=utc_now()),
     Column("sent_at", Timestamp, nullable=True),
+    #: The row's place in its ``ordering_key`` (1, 2, ...), given at enqueue from
+    #: ``outbox_sequence``. NULL: not ordered (no key, or a keyed row written without a number).
+    Column("seq", BigInteger, nullable=True),
     CheckConstraint(f"status IN ({STATUSES})", name="status"),
     CheckConstraint("attempt >= 0", name="attempt"),
     sqlite_autoincrement=True,
@@ -85,28 +101,45 @@ def applies_to(item: SchemaItem, dialect_name: str) -> bool:
     return names is None or dialect_name in names
 
 
-#: Claimable rows are found through an index over unfinished rows only, so a claim costs the
-#: same however many sent rows the table holds.
+#: Unordered claimable rows are found through an index over unfinished rows without a sequence
+#: number only, so a claim costs the same however many sent rows, or rows of a busy key waiting
+#: their turn, the table holds.
 only_on(
     Index(
         "ix_outbox_claimable",
         outbox.c.id,
-        postgresql_where=text(UNFINISHED_SQL),
-        sqlite_where=text(UNFINISHED_SQL),
+        postgresql_where=text(UNORDERED_UNFINISHED_SQL),
+        sqlite_where=text(UNORDERED_UNFINISHED_SQL),
     ),
     *PARTIAL_INDEX_DIALECTS,
 )
 
-#: MySQL has no partial index: the claim reads one status at a time in id order from this one,
-#: which skips sent rows by seeking, not scanning.
-only_on(Index("ix_outbox_status_id", outbox.c.status, outbox.c.id), *sorted(MYSQL_NAMES))
-
-#: Finds the rows ahead of a row of the same ordering key that are not yet sent (on MySQL it
-#: also holds sent rows: a key's cost there grows with that key's own history).
-Index(
-    "ix_outbox_ordering",
-    outbox.c.ordering_key,
-    outbox.c.id,
-    postgresql_where=text("ordering_key IS NOT NULL AND status <> 'sent'"),
-    sqlite_where=text("ordering_key IS NOT NULL AND status <> 'sent'"),
+#: MySQL has no partial index: the unordered claim reads one status at a time, ``seq IS NULL``,
+#: in id order from this one, which skips sent and sequenced rows by seeking, not scanning.
+only_on(
+    Index("ix_outbox_status_seq_id", outbox.c.status, outbox.c.seq, outbox.c.id),
+    *sorted(MYSQL_NAMES),
 )
+
+#: A key's rows by sequence number: the ordered claim probes ``(key, last sent + 1)`` and reads
+#: a run from there. Unique: two rows of a key never share a number.
+Index("uq_outbox_ordering_key_seq", outbox.c.ordering_key, outbox.c.seq, unique=True)
+
+#: Producers' side of the fence: the last sequence number handed out per key.
+outbox_sequence = Table(
+    "outbox_sequence",
+    metadata,
+    Column("ordering_key", String(255), primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+)
+
+#: Relay's side: the last sequence number of the key that the broker confirmed.
+outbox_progress = Table(
+    "outbox_progress",
+    metadata,
+    Column("ordering_key", String(255), primary_key=True),
+    Column("sent_seq", BigInteger, nullable=False, server_default=text("0")),
+)
+
+#: Every table the relay's migrations own (Alembic's comparison looks at these only).
+TABLES = frozenset(metadata.tables)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from relay.schema import applies_to, metadata
+from relay.schema import TABLES, applies_to, metadata
 from relay.store import create_engine
 
 VERSION_TABLE = "relay_alembic_version"
@@ -42,7 +42,7 @@ def _run(connection: Connection) -> None:
         target_metadata=metadata,
         version_table=VERSION_TABLE,
         include_object=lambda obj, name, type_, reflected, compare_to: (
-            (type_ != "table" or name == "outbox")
+            (type_ != "table" or name in TABLES)
             # Alembic's comparison ignores ddl_if: skip indexes this database never gets.
             and (reflected or applies_to(obj, connection.dialect.name))
         ),
