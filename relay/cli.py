@@ -12,11 +12,17 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from relay.config import Settings
-from relay.exceptions import RelayError
+from relay.config import DATABASE_ONLY, Settings
+from relay.exceptions import ConfigError, RelayError
 from relay.urls import redact
 
 log = logging.getLogger("relay")
+#: What ``relay --help`` says first: plain words, not the module docstring's markup.
+DESCRIPTION = (
+    "Operate the transactional-outbox relay: create the outbox table, watch it, relay its "
+    "events to the broker without Celery, and recover dead letters. Settings come from the "
+    "RELAY_* environment variables; each command reads only the ones it uses."
+)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -30,7 +36,7 @@ def parse_duration(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relay", description=__doc__)
+    parser = argparse.ArgumentParser(prog="relay", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -98,18 +104,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Alembic narrates each plugin and step at INFO; `relay migrate` prints its own result.
         logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env(only=_USES.get(args.command))
         return int(_COMMANDS[args.command](settings, args) or 0)
     except RelayError as exc:
         print(f"relay: {redact(str(exc))}", file=sys.stderr)
-        return 2 if exc.__class__.__name__ == "ConfigError" else 1
+        return 2 if isinstance(exc, ConfigError) else 1
 
 
 def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from relay import migrate
+    from relay import migrate, transports
 
     migrate.upgrade(settings.database_url, args.revision)
     print(f"outbox schema at {args.revision} on {redact(settings.database_url)}")
+    # A consumer may start before any relay process: give it the embedded broker's folders.
+    for url in {settings.broker_url, settings.events_connection_url}:
+        folder = transports.create_embedded_folders(url)
+        if folder is not None:
+            print(f"embedded broker folders ready in {folder}")
     return 0
 
 
@@ -134,14 +145,8 @@ def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
     from relay.dispatcher import Dispatcher
-    from relay.publisher import KombuPublisher
 
-    publisher = KombuPublisher(
-        settings.events_connection_url,
-        settings.exchange,
-        confirm_timeout=settings.confirm_timeout_seconds,
-    )
-    dispatcher = Dispatcher(_store(settings), publisher, settings)
+    dispatcher = Dispatcher.from_settings(settings)
     log.info("relay %s starting: %s", dispatcher.worker_id, settings.describe())
     try:
         if args.once:
@@ -153,7 +158,7 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
             report = dispatcher.loop(stop)
     finally:
         dispatcher.close()
-        publisher.close()
+        dispatcher.publisher.close()
     log.info("relay %s done: %s", dispatcher.worker_id, report)
     return 0
 
@@ -164,6 +169,8 @@ def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:
         rows = store.list_failed(args.limit)
         if args.json:
             print(json.dumps(rows, indent=2, default=str))
+        elif not rows:
+            print("no failed events")
         for row in [] if args.json else rows:
             fields = (row["id"], row["event_type"], f"attempt {row['attempt']}", row["last_error"])
             print("\t".join(map(str, fields)))
@@ -198,6 +205,16 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     )
     return 0 if demo.run(options).ok else 1
 
+
+#: The settings each command reads (None: all of them); see ``Settings.from_env(only=...)``.
+_USES: dict[str, frozenset[str] | None] = {
+    "migrate": DATABASE_ONLY | {"broker_url", "events_url"},
+    "status": DATABASE_ONLY,
+    "failed": DATABASE_ONLY,
+    "purge-sent": DATABASE_ONLY,
+    # The demo builds its own settings: a throw-away database and the in-memory transport.
+    "demo": frozenset(),
+}
 
 _COMMANDS = {
     "migrate": _cmd_migrate,

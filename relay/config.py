@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar
 
+from relay import timing
 from relay.exceptions import ConfigError
 from relay.urls import redact
 
@@ -23,13 +24,23 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 #: keeps queues and exchange bindings in folders. No confirms, no replication: for trying the
 #: relay and for tests, not for production.
 DEFAULT_BROKER_URL = "filesystem://"
+#: Unless set, the confirm timeout is this share of the lease (at most its default), and a lease
+#: left unset beside a set confirm timeout grows to keep that share: a batch that waits for its
+#: confirms still has most of its lease left to record the outcome.
+CONFIRM_SHARE_OF_LEASE = 1 / 3
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything the relay needs to run; build with :meth:`from_env` or directly."""
+    """Everything the relay needs to run; build with :meth:`from_env` or directly.
+
+    Settings that depend on each other (lease and confirm timeout, backoff base and cap, queue
+    and exchange) take their defaults from what was set: only two values that were both set and
+    contradict each other are refused. A field counts as set when it is named in ``explicit``
+    (``from_env`` names every variable it read) or differs from its default.
+    """
 
     database_url: str = DEFAULT_DATABASE_URL
     broker_url: str = DEFAULT_BROKER_URL
@@ -52,12 +63,59 @@ class Settings:
     retention_seconds: float = 7 * 86400.0
     #: How often beat sends relay.purge_sent.
     purge_interval_seconds: float = 3600.0
+    #: The fields the user set, so a value equal to its default still counts as a choice.
+    explicit: frozenset[str] = field(
+        default=frozenset(), repr=False, compare=False, metadata={"env": False}
+    )
 
     def __post_init__(self) -> None:
+        self._derive_defaults()
+        self._validate()
+
+    def _is_set(self, name: str) -> bool:
+        return name in self.explicit or getattr(self, name) != _DEFAULTS[name]
+
+    def _derive(self, name: str, value: object) -> None:
+        if not self._is_set(name):
+            object.__setattr__(self, name, value)  # frozen: this is still construction
+
+    def _derive_defaults(self) -> None:
+        """Give each unset field a default that agrees with the fields that were set."""
+        lease, confirm = "lease_seconds", "confirm_timeout_seconds"
+        if self._is_set(lease):
+            self._derive(
+                confirm, min(_DEFAULTS[confirm], self.lease_seconds * CONFIRM_SHARE_OF_LEASE)
+            )
+        elif self._is_set(confirm):
+            self._derive(
+                lease, max(_DEFAULTS[lease], self.confirm_timeout_seconds / CONFIRM_SHARE_OF_LEASE)
+            )
+        base, cap = "backoff_base_seconds", "backoff_max_seconds"
+        if self._is_set(base):
+            self._derive(cap, max(_DEFAULTS[cap], self.backoff_base_seconds))
+        elif self._is_set(cap):
+            self._derive(base, min(_DEFAULTS[base], self.backoff_max_seconds))
+        # Names that would collide with a default take a suffix instead of refusing to start.
+        if self._is_set("exchange"):
+            self._derive(
+                "queue", f"{self.exchange}-tasks" if self.exchange == self.queue else self.queue
+            )
+        elif self._is_set("queue"):
+            self._derive(
+                "exchange", f"{self.queue}-events" if self.queue == self.exchange else self.exchange
+            )
+
+    def _validate(self) -> None:
         _check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
         _check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
         _check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
         _check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
+        _check(
+            self.backoff_max_seconds > 0,
+            "RELAY_BACKOFF_MAX_SECONDS",
+            self.backoff_max_seconds,
+            "must be > 0",
+        )
         _check(
             self.backoff_base_seconds > 0,
             "RELAY_BACKOFF_BASE_SECONDS",
@@ -68,14 +126,21 @@ class Settings:
             self.backoff_max_seconds >= self.backoff_base_seconds,
             "RELAY_BACKOFF_MAX_SECONDS",
             self.backoff_max_seconds,
-            "must be >= RELAY_BACKOFF_BASE_SECONDS",
+            f"must be >= RELAY_BACKOFF_BASE_SECONDS={self.backoff_base_seconds!r}",
         )
         _check(self.tick_seconds > 0, "RELAY_TICK_SECONDS", self.tick_seconds, "must be > 0")
         _check(
-            0 < self.confirm_timeout_seconds < self.lease_seconds,
+            self.confirm_timeout_seconds > 0,
             "RELAY_CONFIRM_TIMEOUT_SECONDS",
             self.confirm_timeout_seconds,
-            "must be > 0 and below RELAY_LEASE_SECONDS",
+            "must be > 0",
+        )
+        _check(
+            self.confirm_timeout_seconds < self.lease_seconds,
+            "RELAY_CONFIRM_TIMEOUT_SECONDS",
+            self.confirm_timeout_seconds,
+            f"must be below RELAY_LEASE_SECONDS={self.lease_seconds!r} (a batch waiting that long "
+            "for confirms would outlive its lease)",
         )
         _check(
             self.max_payload_bytes >= 1,
@@ -91,7 +156,8 @@ class Settings:
             self.queue != self.exchange,
             "RELAY_QUEUE",
             self.queue,
-            "must differ from RELAY_EXCHANGE (Celery declares a direct exchange named after it)",
+            f"must differ from RELAY_EXCHANGE={self.exchange!r} (Celery declares a direct "
+            "exchange named after its queue)",
         )
         _check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
         _check(
@@ -122,29 +188,51 @@ class Settings:
     @property
     def drain_budget_seconds(self) -> float:
         """How long one ``claim_and_dispatch`` may keep draining: well inside one lease."""
-        return self.lease_seconds * 0.5
+        return self.lease_seconds * timing.DRAIN_SHARE_OF_LEASE
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read the ``RELAY_*`` variables; unset or empty ones keep their defaults."""
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, only: Collection[str] | None = None
+    ) -> Settings:
+        """Read the ``RELAY_*`` variables; unset or empty ones keep their defaults.
+
+        ``only`` names the fields a command uses (e.g. ``DATABASE_ONLY``): the other variables
+        are not read, so a bad value of a setting the command never uses cannot stop it.
+        """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for f in fields(cls):
-            var = "RELAY_" + f.name.upper()
+        for f in env_fields():
+            if only is not None and f.name not in only:
+                continue
+            var = env_name(f)
             raw = env.get(var, "").strip()
             if not raw:
                 continue
             parse = _PARSERS[f.type if isinstance(f.type, str) else f.type.__name__]
             values[f.name] = _parse(var, raw, parse)
-        return cls(**values)
+        return cls(**values, explicit=frozenset(values))
 
     def describe(self) -> dict[str, Any]:
         """The settings as a dict with every secret in URLs redacted: safe to log."""
         out: dict[str, Any] = {}
-        for f in fields(self):
+        for f in env_fields():
             value = getattr(self, f.name)
             out[f.name] = redact(value) if isinstance(value, str) else value
         return out
+
+
+#: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
+DATABASE_ONLY = frozenset({"database_url"})
+
+
+def env_fields() -> tuple[Field[Any], ...]:
+    """The fields that come from a ``RELAY_*`` variable (all but bookkeeping)."""
+    return tuple(f for f in fields(Settings) if f.metadata.get("env", True))
+
+
+def env_name(f: Field[Any]) -> str:
+    """``lease_seconds`` -> ``RELAY_LEASE_SECONDS``."""
+    return "RELAY_" + f.name.upper()
 
 
 def _check(ok: bool, var: str, value: object, problem: str) -> None:
@@ -171,6 +259,8 @@ def _parse(var: str, raw: str, parse: Callable[[str], T]) -> T:
         kind = kinds.get(parse, "valid")
         raise ConfigError(f"{var}={redact(raw)!r} is not {kind}") from None
 
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in env_fields()}
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "str": str,

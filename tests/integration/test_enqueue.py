@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -161,3 +164,86 @@ def test_payload_cap_comes_from_the_environment(
         with pytest.raises(EventError, match="over the cap of 64"):
             relay.enqueue(session, "big", {"x": "y" * 100})
     assert [r["event_type"] for r in rows(engine).values()] == ["small"]
+
+
+class _VisibleWakes:
+    """A wake-up that records, at the moment it runs, how many rows another connection sees:
+    a wake that ran before the commit landed would see fewer than were committed."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.seen: list[int] = []
+        self.done = threading.Condition()
+
+    def __call__(self) -> None:
+        with self.engine.connect() as other:
+            count = other.execute(sa.select(sa.func.count()).select_from(outbox)).scalar_one()
+        with self.done:
+            self.seen.append(count)
+            self.done.notify_all()
+
+    def wait_for(self, n: int) -> list[int]:
+        """The counts of the first ``n`` wake-ups (Core's run on a helper thread)."""
+        with self.done:
+            assert self.done.wait_for(lambda: len(self.seen) >= n, timeout=10), self.seen
+        return self.seen[:n]
+
+
+def _five_ways(engine: sa.Engine, producer: Producer, settled: Callable[[], None]) -> None:
+    """Five committed transactions, one per way of calling enqueue, each writing two events;
+    ``settled`` runs after each."""
+    with Session(engine) as session, session.begin():  # an ORM Session
+        producer.enqueue(session, "t", {})
+        producer.enqueue(session, "t", {})
+    settled()
+    with engine.begin() as conn:  # engine.begin(): a new Connection on a pooled connection
+        producer.enqueue(conn, "t", {})
+        producer.enqueue(conn, "t", {})
+    settled()
+    with engine.connect() as conn:  # one Connection, reused for two transactions
+        for _ in range(2):
+            with conn.begin():
+                producer.enqueue(conn, "t", {})
+                producer.enqueue(conn, "t", {})
+            settled()
+    with engine.connect() as conn, conn.begin():  # events written inside a savepoint
+        with conn.begin_nested():
+            producer.enqueue(conn, "t", {})
+        producer.enqueue(conn, "t", {})
+    settled()
+
+
+def test_wake_fires_once_per_commit_for_every_way_of_calling_enqueue(engine: sa.Engine) -> None:
+    """Session, engine.begin(), a reused Connection and a savepoint: each committed transaction
+    wakes the relay once, and only after its rows are visible to other connections; Connection
+    objects on the same pooled connection (the old flag lived in its shared info) all wake."""
+    wakes = _VisibleWakes(engine)
+    producer = Producer(wake=wakes)
+    commits = 0
+
+    def settled() -> None:
+        nonlocal commits
+        commits += 1
+        wakes.wait_for(commits)
+
+    for _ in range(3):  # the same pooled DBAPI connections again and again
+        _five_ways(engine, producer, settled)
+    # Each wake-up saw its own transaction's two rows committed, and no wake-up ran twice.
+    assert wakes.seen == [2 * (n + 1) for n in range(15)]
+
+
+def test_rolled_back_core_transactions_wake_nothing(engine: sa.Engine) -> None:
+    """A Core transaction that rolls back, whole, leaves no wake-up pending for the next one."""
+    wakes = _VisibleWakes(engine)
+    producer = Producer(wake=wakes)
+    with engine.connect() as conn:
+        with conn.begin() as tx:
+            producer.enqueue(conn, "t", {})
+            tx.rollback()
+        with conn.begin():
+            conn.execute(sa.select(1))  # commits without any event
+        with conn.begin():
+            producer.enqueue(conn, "t", {})
+    assert wakes.wait_for(1) == [1]
+    time.sleep(0.1)
+    assert wakes.seen == [1]
