@@ -14,8 +14,6 @@ from bench import fixtures, rows
 from relay import message
 from relay.config import Settings
 from relay.dispatcher import Dispatcher
-from relay.publisher import KombuPublisher
-from relay.store import Store
 
 
 def _timed(spent: dict[str, float], name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,9 +33,8 @@ def one_batch_size(url: str, route: fixtures.Route, count: int, batch: int) -> d
     settings = Settings(
         database_url=url, broker_url=route.url, exchange=route.exchange_name, batch_size=batch
     )
-    store = Store.from_url(url)
-    publisher = KombuPublisher(route.url, route.exchange_name)
-    dispatcher = Dispatcher(store, publisher, settings)
+    dispatcher = Dispatcher.from_settings(settings)
+    store, publisher = dispatcher.store, dispatcher.publisher
     spent: dict[str, float] = defaultdict(float)
     build = message.build
     try:

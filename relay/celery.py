@@ -31,11 +31,9 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
-from relay import producer, transports
+from relay import producer, timing, transports
 from relay.config import Settings
 from relay.dispatcher import Dispatcher, Report
-from relay.publisher import KombuPublisher
-from relay.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +87,7 @@ class Runtime:
         if self._pid != os.getpid():
             self.forget()
         if self._dispatcher is None:
-            s = self.settings
-            publisher = KombuPublisher(
-                s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds
-            )
-            self._dispatcher = Dispatcher(Store.from_url(s.database_url), publisher, s)
+            self._dispatcher = Dispatcher.from_settings(self.settings)
             self._pid = os.getpid()
         return self._dispatcher
 
@@ -189,7 +183,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         "acks_late": False,
         # A drain's budget is half the lease; past 90% of it something hangs. The lease keeper
         # stops with the task, so the rows become reclaimable when the lease runs out.
-        "soft_time_limit": max(1, int(s.lease_seconds * 0.9)),
+        "soft_time_limit": max(1, int(s.lease_seconds * timing.SOFT_LIMIT_SHARE_OF_LEASE)),
         "time_limit": max(2, math.ceil(s.lease_seconds)),
     }
 

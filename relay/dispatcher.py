@@ -17,12 +17,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from typing import Any
 
+from relay import publishers, timing
 from relay.config import Settings
-from relay.exceptions import DatabaseUnavailable
+from relay.exceptions import BrokerUnavailable, StoreError
 from relay.lease import LeaseKeeper
 from relay.policy import CircuitBreaker, RetryPolicy
-from relay.publisher import Publisher
+from relay.publishers import Publisher
 from relay.records import Buried, ClaimedEvent, Rescheduled
 from relay.store import Completed, Store
 
@@ -101,7 +103,30 @@ class Dispatcher:
     def __post_init__(self) -> None:
         s = self.settings
         self.retry = RetryPolicy(s.max_attempts, s.backoff_base_seconds, s.backoff_max_seconds)
-        self.breaker = CircuitBreaker(s.backoff_base_seconds, min(s.backoff_max_seconds, 60.0))
+        self.breaker = CircuitBreaker(
+            s.backoff_base_seconds, min(s.backoff_max_seconds, timing.BREAKER_MAX_SECONDS)
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        publisher: Publisher | None = None,
+        **kwargs: Any,
+    ) -> Dispatcher:
+        """The dispatcher ``settings`` describe: a store on ``RELAY_DATABASE_URL`` and the
+        publisher :func:`relay.publishers.for_url` picks for ``RELAY_EVENTS_URL``; either may
+        be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
+        s = settings
+        if store is None:
+            store = Store.from_url(s.database_url)
+        if publisher is None:
+            publisher = publishers.for_url(
+                s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds
+            )
+        return cls(store, publisher, s, **kwargs)
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
@@ -192,7 +217,10 @@ class Dispatcher:
         """A batch that waited half a lease or more (its worker was paused, say) may have been
         reclaimed meanwhile: keep only the rows this worker still holds, so it never publishes
         a row another worker owns. Costs nothing for a batch that did not wait."""
-        if self.clock() - held.claimed_at < self.settings.lease_seconds * 0.5:
+        if (
+            self.clock() - held.claimed_at
+            < self.settings.lease_seconds * timing.RECHECK_SHARE_OF_LEASE
+        ):
             return held
         s = self.settings
         if self.store.renew(self.worker_id, held.events, s.lease_seconds) == len(held.events):
@@ -224,7 +252,7 @@ class Dispatcher:
             else:
                 outcome.rescheduled.append(decision)
         if result.unavailable:
-            outcome.error = result.error or "broker unavailable"
+            outcome.error = str(result.error or BrokerUnavailable())
             outcome.delay = self.breaker.record_failure(self.clock())
             report.broker_error = outcome.error
             log.warning("broker unavailable, backing off %.1fs: %s", outcome.delay, outcome.error)
@@ -240,8 +268,8 @@ class Dispatcher:
     def _record(self, outcome: _Outcome | None, next_limit: int) -> _Held | None:
         """Record ``outcome`` (if any) and lease up to ``next_limit`` more rows, in one
         transaction; retried within half a lease, since the broker already has the messages."""
-        deadline = self.clock() + self.settings.lease_seconds * 0.5
-        delay = 0.05
+        deadline = self.clock() + self.settings.lease_seconds * timing.RECORD_RETRY_SHARE_OF_LEASE
+        delay = timing.RECORD_RETRY_FIRST_SECONDS
         sent = outcome.sent if outcome else []
         rescheduled = outcome.rescheduled if outcome else []
         buried = outcome.buried if outcome else []
@@ -263,12 +291,12 @@ class Dispatcher:
                         )
                         events = []
                     break
-                except DatabaseUnavailable as exc:
-                    if self.clock() + delay > deadline:
+                except StoreError as exc:
+                    if not exc.retryable or self.clock() + delay > deadline:
                         raise
                     log.warning("recording outcomes failed, retrying in %.2fs: %s", delay, exc)
                     time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                    delay = min(delay * 2, timing.RECORD_RETRY_MAX_SECONDS)
             if outcome is not None:
                 self._account(outcome, done)
         finally:
@@ -292,19 +320,21 @@ class Dispatcher:
         """Drain until ``stop`` is set, resting ``idle_seconds`` when the outbox is empty."""
         idle = self.settings.tick_seconds if idle_seconds is None else idle_seconds
         total = Report()
-        db_backoff = 0.1
+        db_backoff = timing.DATABASE_RETRY_FIRST_SECONDS
         while not stop.is_set():
             try:
                 report = self.drain(stop=stop)
-            except DatabaseUnavailable as exc:
+            except StoreError as exc:
+                if not exc.retryable:
+                    raise
                 log.warning("database unavailable, retrying in %.1fs: %s", db_backoff, exc)
                 stop.wait(db_backoff)
-                db_backoff = min(db_backoff * 2, 5.0)
+                db_backoff = min(db_backoff * 2, timing.DATABASE_RETRY_MAX_SECONDS)
                 continue
-            db_backoff = 0.1
+            db_backoff = timing.DATABASE_RETRY_FIRST_SECONDS
             total.add(report)
             if report.broker_error:
-                stop.wait(max(self.breaker.remaining(self.clock()), 0.05))
+                stop.wait(max(self.breaker.remaining(self.clock()), timing.BROKER_REST_MIN_SECONDS))
             elif not report.last_batch_full:
                 stop.wait(idle)
         return total

@@ -6,7 +6,8 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from relay.exceptions import DatabaseUnavailable
+from relay import timing
+from relay.exceptions import StoreError
 from relay.records import ClaimedEvent
 from relay.store import Store
 
@@ -14,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    """Renews a batch's lease every third of the lease until stopped.
+    """Renews a batch's lease every third of the lease (:mod:`relay.timing`) until stopped.
 
     Started when the batch is claimed and stopped once its outcomes are recorded, so a live
     worker's lease never runs out under it however long the broker takes; a worker that is
@@ -28,7 +29,6 @@ class LeaseKeeper:
         self._lease = lease_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="relay-lease", daemon=True)
-        self.renewals = 0
 
     def start(self) -> LeaseKeeper:
         self._thread.start()
@@ -46,13 +46,15 @@ class LeaseKeeper:
         self.stop()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._lease / 3):
+        while not self._stop.wait(self._lease * timing.RENEW_SHARE_OF_LEASE):
             try:
                 held = self._store.renew(self._worker, self._events, self._lease)
-            except DatabaseUnavailable as exc:
+            except StoreError as exc:
+                if not exc.retryable:
+                    log.error("lease renewal failed, renewing no more: %s", exc)
+                    return
                 log.warning("lease renewal failed, will retry: %s", exc)
                 continue
-            self.renewals += 1
             if held < len(self._events):
                 log.warning(
                     "lease lost on %d of %d rows: another worker reclaimed them",

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from relay.exceptions import PublishError
+
 
 class Status(enum.StrEnum):
     """Where an outbox row is in its life (DESIGN.md §2)."""
@@ -22,9 +24,6 @@ class Status(enum.StrEnum):
     FAILED = "failed"
 
 
-UNFINISHED = (Status.PENDING, Status.PROCESSING)
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimedEvent:
     """One row a worker holds a lease on, with everything needed to publish it."""
@@ -37,6 +36,8 @@ class ClaimedEvent:
     #: The attempt this claim is: 1 for the first. Part of the completion fence.
     attempt: int
     created_at: datetime
+    #: The row's number within its ordering key; None for an unordered row.
+    seq: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ClaimedEvent:
@@ -49,6 +50,7 @@ class ClaimedEvent:
             ordering_key=row["ordering_key"],
             attempt=int(row["attempt"]),
             created_at=row["created_at"],
+            seq=None if row.get("seq") is None else int(row["seq"]),
         )
 
 
@@ -97,5 +99,5 @@ class PublishResult:
     rejected: list[tuple[ClaimedEvent, str]] = field(default_factory=list)
     #: The broker could not be reached: not the events' fault, their attempt is given back.
     unavailable: list[ClaimedEvent] = field(default_factory=list)
-    #: Why the broker was unavailable.
-    error: str | None = None
+    #: Why the broker was unavailable (a :class:`~relay.exceptions.BrokerUnavailable`, as a rule).
+    error: PublishError | None = None

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay import message
+from relay.exceptions import BrokerUnavailable
 from relay.message import OutgoingMessage
-from relay.publisher import PublishResult
-from relay.records import ClaimedEvent
+from relay.records import ClaimedEvent, PublishResult
 
 
 @dataclass
@@ -33,7 +33,7 @@ class InMemoryPublisher:
         if self.unavailable_times > 0:
             self.unavailable_times -= 1
             result.unavailable.extend(events)
-            result.error = "broker unavailable: simulated outage"
+            result.error = BrokerUnavailable("broker unavailable: simulated outage")
             return result
         for event in events:
             if event.event_type in self.unroutable:

@@ -8,10 +8,14 @@ process would find no binding there and be refused as unroutable.)
 
 Kombu's own filesystem channel creates a message file and only then writes it, so a consumer
 listing the folder in between takes an empty file, fails to decode it and has already removed
-it: the message is lost (celery/kombu#1551). Importing this module makes ``filesystem://``
-resolve to :class:`Transport`, whose channel writes each message under a name no reader picks
-up and renames it into place, and takes messages by renaming them into a folder beside the
-queue folder (same file system, so the rename is atomic and only one consumer wins it).
+it: the message is lost (celery/kombu#1551). :func:`register` makes ``filesystem://`` resolve
+to :class:`Transport`, whose channel writes each message under a name no reader picks up and
+renames it into place, and takes messages by renaming them into a folder beside the queue
+folder (same file system, so the rename is atomic and only one consumer wins it).
+
+Importing this module changes nothing in Kombu. :func:`register` is called where a connection
+is built: by ``relay.publishers.for_url`` and by :func:`transport_options` for a
+``filesystem://`` URL (which the Celery app's configuration and consumers use).
 """
 
 from __future__ import annotations
@@ -86,14 +90,14 @@ class Transport(filesystem.Transport):
     Channel = Channel
 
 
-def _register() -> None:
-    """Make ``filesystem://`` mean :class:`Transport` in this process."""
-    kombu.transport.TRANSPORT_ALIASES["filesystem"] = f"{__name__}:Transport"
-    # A connection made before this import may have cached Kombu's class under the alias.
+def register() -> None:
+    """Make ``filesystem://`` mean :class:`Transport` in this process; idempotent."""
+    target = f"{__name__}:Transport"
+    if kombu.transport.TRANSPORT_ALIASES.get("filesystem") == target:
+        return
+    kombu.transport.TRANSPORT_ALIASES["filesystem"] = target
+    # A connection made before this call may have cached Kombu's class under the alias.
     getattr(kombu.transport, "_transport_cache", {}).pop("filesystem", None)
-
-
-_register()
 
 
 def embedded_folder(url: str) -> Path | None:
@@ -105,15 +109,29 @@ def embedded_folder(url: str) -> Path | None:
     return Path(parts.path) if parts.path not in ("", "/") else Path(EMBEDDED_DIR)
 
 
-def transport_options(url: str) -> dict[str, Any]:
-    """Options for ``kombu.Connection(url, transport_options=...)`` and Celery's
-    ``broker_transport_options``; creates the embedded transport's folders."""
+def create_embedded_folders(url: str) -> Path | None:
+    """Create the folders of a ``filesystem://`` URL (idempotent); returns the base folder, or
+    None for any other transport."""
     base = embedded_folder(url)
     if base is None:
+        return None
+    for name in _FOLDERS:
+        (base / name).mkdir(parents=True, exist_ok=True)
+    return base
+
+
+_FOLDERS = ("queues", "control", "taken")
+
+
+def transport_options(url: str) -> dict[str, Any]:
+    """Options for ``kombu.Connection(url, transport_options=...)`` and Celery's
+    ``broker_transport_options``. For ``filesystem://`` it creates the embedded transport's
+    folders and calls :func:`register`, since these options are for the relay's transport."""
+    base = create_embedded_folders(url)
+    if base is None:
         return {}
-    folders = {name: base / name for name in ("queues", "control", "taken")}
-    for folder in folders.values():
-        folder.mkdir(parents=True, exist_ok=True)
+    register()
+    folders = {name: base / name for name in _FOLDERS}
     return {
         "data_folder_in": str(folders["queues"]),
         "data_folder_out": str(folders["queues"]),

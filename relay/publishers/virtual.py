@@ -14,6 +14,7 @@ import kombu
 from kombu.utils import json as kombu_json
 
 from relay import message
+from relay.publishers.base import KombuPublisher, kombu_message, unroutable
 from relay.records import ClaimedEvent, PublishResult
 
 _REDIS_TRANSPORTS = frozenset({"redis", "rediss"})
@@ -21,46 +22,38 @@ _REDIS_TRANSPORTS = frozenset({"redis", "rediss"})
 _REDIS_PIPELINE_CHUNK = 1000
 
 
-def publish(
-    conn: kombu.Connection,
-    channel: Any,
-    exchange: kombu.Exchange,
-    events: list[ClaimedEvent],
-    result: PublishResult,
-) -> None:
-    """Publish ``events`` on a virtual transport's ``channel``, filling ``result``."""
-    name = exchange.name
-    table = channel.get_table(name)
-    kind = channel.typeof(name)
-    routes: dict[str, list[str]] = {}
-    ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
-    for event in events:
-        msg = message.build(event)
-        queues = routes.get(msg.routing_key)
-        if queues is None:
-            found = kind.lookup(table, name, msg.routing_key, None) or ()
-            queues = routes[msg.routing_key] = sorted(
-                q for q in found if q and q != channel.deadletter_queue
-            )
-        if queues:
-            ready.append((event, msg, queues))
-        else:
-            result.rejected.append(
-                (
-                    event,
-                    f"unroutable: no queue bound to routing key {msg.routing_key!r}"
-                    f" on exchange {name!r}",
+class VirtualPublisher(KombuPublisher):
+    """Publishes on a virtual transport's channel: a publish that returned is confirmed."""
+
+    def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        assert self._conn is not None
+        channel, exchange = self._channel, self.exchange
+        name = exchange.name
+        table = channel.get_table(name)
+        kind = channel.typeof(name)
+        routes: dict[str, list[str]] = {}
+        ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
+        for event in events:
+            msg = message.build(event)
+            queues = routes.get(msg.routing_key)
+            if queues is None:
+                found = kind.lookup(table, name, msg.routing_key, None) or ()
+                queues = routes[msg.routing_key] = sorted(
+                    q for q in found if q and q != channel.deadletter_queue
                 )
+            if queues:
+                ready.append((event, msg, queues))
+            else:
+                result.rejected.append((event, unroutable(msg.routing_key, name)))
+        if self._conn.transport_cls in _REDIS_TRANSPORTS:
+            _push_redis(channel, exchange, ready, result)
+            return
+        producer = kombu.Producer(channel, exchange=exchange, auto_declare=False)
+        for event, msg, _ in ready:
+            producer.publish(
+                msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
             )
-    if conn.transport_cls in _REDIS_TRANSPORTS:
-        _push_redis(channel, exchange, ready, result)
-        return
-    producer = kombu.Producer(channel, exchange=exchange, auto_declare=False)
-    for event, msg, _ in ready:
-        producer.publish(
-            msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
-        )
-        result.confirmed.append(event)
+            result.confirmed.append(event)
 
 
 def _push_redis(
@@ -82,15 +75,7 @@ def _push_redis(
             chunk = ready[start : start + _REDIS_PIPELINE_CHUNK]
             pipe = client.pipeline(transaction=False)
             for _, msg, queues in chunk:
-                props = message.properties(msg)
-                raw = channel.prepare_message(
-                    msg.body,
-                    0,
-                    props.pop("content_type"),
-                    props.pop("content_encoding"),
-                    props.pop("headers"),
-                    props,
-                )
+                raw = kombu_message(channel, msg)
                 channel._inplace_augment_message(raw, name, msg.routing_key)
                 payload = kombu_json.dumps(raw)
                 priority = channel._get_message_priority(raw, reverse=False)

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from relay.config import Settings
 from relay.dispatcher import Dispatcher
-from relay.publisher import KombuPublisher, PublishResult
-from relay.records import ClaimedEvent
+from relay.publishers import for_url
+from relay.records import ClaimedEvent, PublishResult
 from relay.store import Store
 from relay.testing import InMemoryPublisher
 from tests.support.broker import Collector
@@ -46,7 +46,7 @@ def test_failing_row_backs_off_then_dead_letters_while_others_flow(
     the routable events around it are all sent meanwhile."""
     collector = Collector(amqp_url, exchange_name, binding_key="good.#")
     settings = replace(settings, max_attempts=4, backoff_base_seconds=0.05, backoff_max_seconds=1)
-    publisher = KombuPublisher(amqp_url, exchange_name)
+    publisher = for_url(amqp_url, exchange_name)
     dispatcher = Dispatcher(store, publisher, settings, rng=_Ceiling())
     try:
         good = enqueue_many(engine, 120, "good.thing")

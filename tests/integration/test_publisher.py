@@ -1,13 +1,17 @@
-"""KombuPublisher against real RabbitMQ: the wire contract, confirms, unroutable, unreachable."""
+"""The AMQP publisher against RabbitMQ: the wire contract, confirms, unroutable, unreachable."""
 
 from __future__ import annotations
 
 import socket
 from datetime import UTC, datetime
 
+import amqp
 import kombu
+import pytest
 
-from relay.publisher import KombuPublisher
+from relay.exceptions import BrokerUnavailable
+from relay.publishers import for_url
+from relay.publishers.amqp import AmqpPublisher
 from relay.records import ClaimedEvent
 from tests.support.broker import Collector
 
@@ -32,7 +36,7 @@ def test_message_on_the_wire_matches_the_contract(
     amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:
     """Body JSON, routing key, message_id, persistent, contract headers plus the row's."""
-    publisher = KombuPublisher(amqp_url, exchange_name)
+    publisher = for_url(amqp_url, exchange_name)
     try:
         result = publisher.publish([_event(7, attempt=3)])
     finally:
@@ -55,15 +59,19 @@ def test_message_on_the_wire_matches_the_contract(
 
 
 def test_exchange_is_declared_durable_topic(amqp_url: str, exchange_name: str) -> None:
-    """The publisher declares the exchange itself: durable, topic (passive re-declare agrees)."""
-    publisher = KombuPublisher(amqp_url, exchange_name)
+    """The publisher declares the exchange itself, durable and topic: re-declaring it so agrees,
+    re-declaring it with another type or durability is refused by the broker."""
+    publisher = for_url(amqp_url, exchange_name)
     try:
-        publisher.publish([])
-        publisher.publish([_event(1)])  # nothing bound: returned, but the exchange now exists
+        assert publisher.publish([]).confirmed == []
+        # Nothing bound: the message is returned, but the exchange now exists.
+        assert [e.id for e, _ in publisher.publish([_event(1)]).rejected] == [1]
         with kombu.Connection(amqp_url) as conn:
-            ex = kombu.Exchange(exchange_name, type="topic", durable=True)
-            ex(conn.channel()).declare(passive=True)
-            ex(conn.channel()).delete()
+            kombu.Exchange(exchange_name, type="topic", durable=True)(conn.channel()).declare()
+            for other in ({"type": "direct", "durable": True}, {"type": "topic", "durable": False}):
+                with pytest.raises(amqp.exceptions.PreconditionFailed):
+                    kombu.Exchange(exchange_name, **other)(conn.channel()).declare()
+            kombu.Exchange(exchange_name)(conn.channel()).delete()
     finally:
         publisher.close()
 
@@ -72,7 +80,7 @@ def test_a_batch_is_confirmed_as_a_whole(
     amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:
     """500 events in one batch: all confirmed, all delivered once, in order."""
-    publisher = KombuPublisher(amqp_url, exchange_name)
+    publisher = for_url(amqp_url, exchange_name)
     try:
         result = publisher.publish([_event(i) for i in range(1, 501)])
     finally:
@@ -88,7 +96,7 @@ def test_unroutable_event_is_rejected_not_confirmed(amqp_url: str, exchange_name
     """With no queue bound to its routing key, the mandatory publish returns: a failed attempt,
     while routable events of the same batch are confirmed."""
     collector = Collector(amqp_url, exchange_name, binding_key="good.#")
-    publisher = KombuPublisher(amqp_url, exchange_name)
+    publisher = for_url(amqp_url, exchange_name)
     try:
         result = publisher.publish(
             [_event(1, "good.a"), _event(2, "nobody.listens"), _event(3, "good.b")]
@@ -109,21 +117,24 @@ def test_unreachable_broker_reports_unavailable_without_raising(exchange_name: s
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    publisher = KombuPublisher(
+    publisher = for_url(
         f"amqp://guest:s3cret-pw@127.0.0.1:{port}//", exchange_name, confirm_timeout=2
     )
     result = publisher.publish([_event(1), _event(2)])
     assert [e.id for e in result.unavailable] == [1, 2]
     assert result.confirmed == []
-    assert result.error is not None
-    assert "s3cret-pw" not in result.error
+    assert isinstance(result.error, BrokerUnavailable)
+    assert result.error.retryable
+    assert result.error.__cause__ is not None  # the Kombu error it translates
+    assert "s3cret-pw" not in str(result.error)
 
 
 def test_publisher_reconnects_after_the_connection_is_closed(
     amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:
     """A connection killed between batches is replaced on the next publish; nothing is lost."""
-    publisher = KombuPublisher(amqp_url, exchange_name)
+    publisher = for_url(amqp_url, exchange_name)
+    assert isinstance(publisher, AmqpPublisher)
     try:
         assert len(publisher.publish([_event(1)]).confirmed) == 1
         assert publisher._conn is not None

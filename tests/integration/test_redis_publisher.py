@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from relay import message
-from relay.publisher import KombuPublisher
+from relay.publishers import Publisher, for_url
 from relay.records import ClaimedEvent
 from tests.support.broker import Collector
 
@@ -30,8 +30,8 @@ def _event(n: int, event_type: str = "order.created") -> ClaimedEvent:
 
 
 @pytest.fixture
-def publisher(redis_url: str, exchange_name: str) -> Iterator[KombuPublisher]:
-    p = KombuPublisher(redis_url, exchange_name)
+def publisher(redis_url: str, exchange_name: str) -> Iterator[Publisher]:
+    p = for_url(redis_url, exchange_name)
     yield p
     p.close()
 
@@ -52,7 +52,7 @@ def _stored(redis_url: str, queue: str) -> list[dict[str, Any]]:
 
 
 def test_batch_is_stored_exactly_as_kombu_would_store_it(
-    redis_url: str, exchange_name: str, publisher: KombuPublisher
+    redis_url: str, exchange_name: str, publisher: Publisher
 ) -> None:
     """The pipelined LPUSH writes the same JSON a Kombu Producer.publish writes, but for the
     per-channel delivery tag."""
@@ -77,7 +77,7 @@ def test_batch_is_stored_exactly_as_kombu_would_store_it(
 
 
 def test_consumer_receives_the_contract_and_unbound_types_are_refused(
-    publisher: KombuPublisher, redis_collector: Collector
+    publisher: Publisher, redis_collector: Collector
 ) -> None:
     """A Kombu consumer gets body, routing key, message_id and headers of each event; an event
     type no queue is bound to is refused as unroutable, not dropped silently."""
@@ -98,7 +98,7 @@ def test_consumer_receives_the_contract_and_unbound_types_are_refused(
 def test_unreachable_redis_gives_the_batch_back(exchange_name: str) -> None:
     """A Redis that cannot be reached leaves every event unavailable (their attempt is given
     back), never confirmed."""
-    p = KombuPublisher("redis://127.0.0.1:9/0", exchange_name, confirm_timeout=2)
+    p = for_url("redis://127.0.0.1:9/0", exchange_name, confirm_timeout=2)
     try:
         result = p.publish([_event(1)])
     finally:

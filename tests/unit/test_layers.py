@@ -28,7 +28,11 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
         ("relay.store", {"kombu", "celery", "amqp"}),
         ("relay.dialects.postgresql", {"kombu", "celery", "amqp"}),
-        ("relay.publisher", {"sqlalchemy", "celery"}),
+        ("relay.publishers", {"sqlalchemy", "celery", "kombu", "amqp", "redis"}),
+        ("relay.publishers.amqp", {"sqlalchemy", "celery"}),
+        ("relay.publishers.virtual", {"sqlalchemy", "celery"}),
+        ("relay.testing", {"sqlalchemy", "kombu", "celery"}),
+        ("relay.transports", {"sqlalchemy", "celery"}),
         ("relay", {"celery", "kombu"}),
         ("relay.dispatcher", {"celery"}),
     ],
@@ -52,3 +56,18 @@ def test_only_the_celery_glue_and_cli_import_celery() -> None:
                 names = [node.module or ""]
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "celery"]
     assert offenders == []
+
+
+def test_importing_transports_leaves_kombu_alone_until_registered() -> None:
+    """``import relay.transports`` changes no Kombu alias; ``register()`` does, idempotently."""
+    code = (
+        "import kombu.transport as k, relay.transports as t\n"
+        "before = k.TRANSPORT_ALIASES['filesystem']\n"
+        "assert before != 'relay.transports:Transport', before\n"
+        "t.register(); t.register()\n"
+        "assert k.TRANSPORT_ALIASES['filesystem'] == 'relay.transports:Transport'\n"
+        "import kombu\n"
+        "assert kombu.Connection('filesystem://').transport_cls == 'filesystem'\n"
+        "assert isinstance(kombu.Connection('filesystem://').transport, t.Transport)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

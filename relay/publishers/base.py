@@ -1,0 +1,143 @@
+"""What every Kombu publisher shares: one long-lived connection, reconnect once, error mapping.
+
+Kombu's and the client libraries' errors are translated here, and only here, into the
+relay's tree (``raise … from exc``): a dropped connection, a refused connect or a broken
+channel is :class:`~relay.exceptions.BrokerUnavailable`, which is retryable: the batch is
+tried once more on a fresh connection, and what is still unsent is handed back unpublished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import kombu
+import kombu.exceptions
+
+from relay import message, transports
+from relay.exceptions import BrokerUnavailable, PublishError
+from relay.records import ClaimedEvent, PublishResult
+from relay.urls import redact
+
+log = logging.getLogger(__name__)
+
+
+class KombuPublisher:
+    """Publishes to a durable topic exchange over one long-lived Kombu connection.
+
+    Subclasses set the channel up (:meth:`_setup`) and publish one batch on it
+    (:meth:`_publish_batch`); this class connects, reconnects and maps errors.
+    """
+
+    def __init__(self, url: str, exchange: str, *, confirm_timeout: float = 10.0) -> None:
+        self.url = url
+        self.exchange = kombu.Exchange(exchange, type="topic", durable=True)
+        self.confirm_timeout = confirm_timeout
+        self._conn: kombu.Connection | None = None
+        self._channel: Any = None
+
+    # -- for subclasses --------------------------------------------------------------------
+    def _setup(self, conn: kombu.Connection, channel: Any) -> None:
+        """Prepare a freshly opened channel (the exchange is already declared)."""
+
+    def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        raise NotImplementedError
+
+    # -- connection ------------------------------------------------------------------------
+    def _connect(self) -> None:
+        conn = kombu.Connection(
+            self.url,
+            connect_timeout=self.confirm_timeout,
+            transport_options=transports.transport_options(self.url),
+        )
+        try:
+            conn.ensure_connection(max_retries=1)
+            channel: Any = conn.channel()
+            self.exchange(channel).declare()
+            self._setup(conn, channel)
+        except Exception:
+            close_quietly(conn)
+            raise
+        self._conn, self._channel = conn, channel
+
+    def close(self) -> None:
+        """Close the connection; the next publish reconnects."""
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None:
+            close_quietly(conn)
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """Kombu's and the client's connection and channel errors -> BrokerUnavailable."""
+        conn = self._conn or kombu.Connection(self.url)
+        errors: tuple[type[BaseException], ...] = (
+            *conn.connection_errors,
+            *conn.channel_errors,
+            kombu.exceptions.OperationalError,
+            OSError,
+        )
+        try:
+            yield
+        except errors as exc:
+            raise BrokerUnavailable(f"broker unavailable: {describe(exc)}") from exc
+
+    # -- publishing ------------------------------------------------------------------------
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        """Publish ``events`` and report the broker's verdict on each."""
+        result = PublishResult()
+        todo = list(events)
+        for round_ in (1, 2):
+            if not todo:
+                break
+            try:
+                with self._translated():
+                    if self._conn is None:
+                        self._connect()
+                    self._publish_batch(todo, result)
+                todo = []
+            except PublishError as exc:
+                self.close()
+                result.error = exc
+                done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
+                todo = [e for e in todo if e.id not in done]
+                if not exc.retryable:
+                    break
+                if round_ == 1:
+                    log.warning("%s; reconnecting once for %d events", exc, len(todo))
+        result.unavailable.extend(todo)
+        if not result.unavailable:
+            result.error = None
+        return result
+
+
+def kombu_message(channel: Any, msg: message.OutgoingMessage) -> Any:
+    """``msg`` as the transport's own message object, built by its ``prepare_message``."""
+    props = message.properties(msg)
+    return channel.prepare_message(
+        msg.body,
+        None,
+        props.pop("content_type"),
+        props.pop("content_encoding"),
+        props.pop("headers"),
+        props,
+    )
+
+
+def unroutable(routing_key: str, exchange: str) -> str:
+    """The rejection reason of a message no queue is bound for."""
+    return f"unroutable: no queue bound to routing key {routing_key!r} on exchange {exchange!r}"
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: text`` of an exception, with any password in a URL redacted."""
+    text = str(exc).strip() or type(exc).__name__
+    return redact(f"{type(exc).__name__}: {text}")
+
+
+def close_quietly(conn: kombu.Connection) -> None:
+    try:
+        conn.release()
+    except Exception as exc:
+        log.debug("closing broker connection: %s", describe(exc))

@@ -1,0 +1,27 @@
+"""The timing fractions and bounds the relay runs by, named in one place; pure.
+
+Most are shares of the lease (``RELAY_LEASE_SECONDS``): whatever a worker does with a batch
+must end well inside the lease it holds on it, so these scale with it.
+"""
+
+from __future__ import annotations
+
+#: One drain (``claim_and_dispatch``, a ``dispatch`` cycle) claims again only within this share.
+DRAIN_SHARE_OF_LEASE = 0.5
+#: A batch that waited this share before publishing (its worker was paused) is re-checked first.
+RECHECK_SHARE_OF_LEASE = 0.5
+#: Recording a published batch's outcomes is retried for this share (the broker has them).
+RECORD_RETRY_SHARE_OF_LEASE = 0.5
+#: The lease keeper renews this often.
+RENEW_SHARE_OF_LEASE = 1 / 3
+#: A relay Celery task's soft time limit: past this a drain hangs (its budget is half a lease).
+SOFT_LIMIT_SHARE_OF_LEASE = 0.9
+
+#: The circuit breaker never waits longer than this between probes of a broker that is down.
+BREAKER_MAX_SECONDS = 60.0
+#: The shortest rest of ``dispatch --loop`` after a broker failure.
+BROKER_REST_MIN_SECONDS = 0.05
+#: First and longest wait between retries of recording outcomes (doubling in between).
+RECORD_RETRY_FIRST_SECONDS, RECORD_RETRY_MAX_SECONDS = 0.05, 2.0
+#: First and longest wait of ``dispatch --loop`` while the database is unreachable.
+DATABASE_RETRY_FIRST_SECONDS, DATABASE_RETRY_MAX_SECONDS = 0.1, 5.0
