@@ -1,16 +1,23 @@
 """Every error the relay raises derives from :class:`RelayError`.
 
-Tree::
+Tree (and where each is raised)::
 
-    RelayError
+    RelayError                  retryable = False unless a subclass says otherwise
     ├── ConfigError             a RELAY_* setting has a bad value (names the variable)
+    │                             relay.config, relay.engine (a URL that does not parse)
     ├── EventError              enqueue() refused an event (names the field); nothing was written
+    │                             relay.producer; also a ValueError
     ├── StoreError              the outbox database failed
+    │   │                         relay.store, relay.engine (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable
-    └── PublishError            the events broker failed
-        └── BrokerUnavailable   the broker could not be reached; retryable, opens the breaker
+    └── PublishError            the events broker failed, or refused one message
+        │                         relay.publishers (a message that cannot be encoded)
+        └── BrokerUnavailable   the broker could not be reached, or confirmed nothing in time;
+                                  retryable: the batch is given back, the breaker opens
+                                  relay.publishers (Kombu/py-amqp/redis errors, ``from exc``)
 
-Whether an error is worth retrying is the class attribute ``retryable``, never a string match.
+Whether an error is worth retrying is the class attribute ``retryable``, read where errors
+are caught (the dispatcher, the lease keeper, the publishers' reconnect), never a string match.
 Each class's docstring is its default message.
 """
 
