@@ -29,8 +29,8 @@ from bench.fleet import celery_env, celery_fleet
 from bench.stats import percentile
 from relay.celery import Waker, celery_config
 from relay.config import Settings
+from relay.engine import create_engine
 from relay.producer import Producer
-from relay.store import create_engine
 
 TICK_SECONDS = 5.0
 INTERVAL_SECONDS = 0.05
@@ -85,8 +85,18 @@ class _Bench:
     def __init__(self, producer: Producer, engine: Any, arrivals: _Arrivals) -> None:
         self.producer, self.engine, self.arrivals = producer, engine, arrivals
 
-    def commit(self, payloads: list[dict[str, Any]]) -> tuple[list[int], float]:
-        """Enqueue ``payloads`` in one transaction; returns their ids and when COMMIT began."""
+    def commit(
+        self, payloads: list[dict[str, Any]], style: str = "session"
+    ) -> tuple[list[int], float]:
+        """Enqueue ``payloads`` in one transaction, through an ORM Session or (``style="core"``)
+        a Core ``engine.begin()`` connection; returns their ids and when COMMIT began."""
+        if style == "core":
+            with self.engine.connect() as conn:
+                transaction = conn.begin()
+                ids = [self.producer.enqueue(conn, "bench.latency", p) for p in payloads]
+                began = time.monotonic()
+                transaction.commit()
+            return ids, began
         with Session(self.engine) as session:
             ids = [self.producer.enqueue(session, "bench.latency", p) for p in payloads]
             began = time.monotonic()
@@ -120,18 +130,20 @@ def _latencies(bench: _Bench, committed: dict[int, float]) -> list[float]:
     return sorted(bench.arrivals.at[i] - t for i, t in committed.items())
 
 
-def measure(wakeup: bool, events: int = 200) -> dict[str, Any]:
-    """Latency percentiles (seconds) of ``events`` single-event commits."""
+def measure(wakeup: bool, events: int = 200, style: str = "session") -> dict[str, Any]:
+    """Latency percentiles (seconds) of ``events`` single-event commits written through a
+    Session or (``style="core"``) a Core connection."""
     committed: dict[int, float] = {}
     with _bench("latency", wakeup, workers=1) as bench:
         for n in range(events):
-            (event_id,), began = bench.commit([{"n": n}])
+            (event_id,), began = bench.commit([{"n": n}], style)
             committed[event_id] = began
             time.sleep(INTERVAL_SECONDS)  # pacing of the producer, not synchronization
         bench.arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 30)
         latencies = _latencies(bench, committed)
     return {
         "wakeup": wakeup,
+        "style": style,
         "events": events,
         "p50_s": round(percentile(latencies, 0.50), 4),
         "p99_s": round(percentile(latencies, 0.99), 4),
@@ -144,15 +156,18 @@ RATES = (100, 1000, 5000)
 COMMIT_PERIOD_SECONDS = 0.01
 
 
-def measure_load(rate: int, wakeup: bool, seconds: float, workers: int = 2) -> dict[str, Any]:
-    """Latency percentiles (ms) at ``rate`` events/s offered for ``seconds``."""
+def measure_load(
+    rate: int, wakeup: bool, seconds: float, workers: int = 2, style: str = "session"
+) -> dict[str, Any]:
+    """Latency percentiles (ms) at ``rate`` events/s offered for ``seconds``, written through a
+    Session or (``style="core"``) a Core connection."""
     per_commit = max(1, round(rate * COMMIT_PERIOD_SECONDS))
     committed: dict[int, float] = {}
     with _bench("latload", wakeup, workers) as bench:
         start = time.monotonic()
         slot = 0
         while time.monotonic() - start < seconds:
-            ids, began = bench.commit([{"n": slot, "i": i} for i in range(per_commit)])
+            ids, began = bench.commit([{"n": slot, "i": i} for i in range(per_commit)], style)
             committed.update(dict.fromkeys(ids, began))
             slot += 1
             pause = start + slot * COMMIT_PERIOD_SECONDS - time.monotonic()
@@ -164,6 +179,7 @@ def measure_load(rate: int, wakeup: bool, seconds: float, workers: int = 2) -> d
     return {
         "rate": rate,
         "wakeup": wakeup,
+        "style": style,
         "achieved_per_s": round(achieved),
         "events": len(latencies),
         "p50_ms": round(percentile(latencies, 0.50) * 1000, 1),
@@ -183,10 +199,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         "tick_seconds": TICK_SECONDS,
         "interval_seconds": INTERVAL_SECONDS,
         "with_wakeup": measure(True, events),
+        "with_wakeup_core": measure(True, events, style="core"),
         "without_wakeup": measure(False, events),
         "under_load": [
             measure_load(rate, wakeup, seconds) for rate in rates for wakeup in (True, False)
         ],
+        # The wake-up through Core connections (engine.connect()/begin()), as issue 9 measured.
+        "under_load_core": [measure_load(rate, True, seconds, style="core") for rate in rates],
         "loadavg": services.loadavg(),
     }
 
