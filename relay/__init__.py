@@ -24,7 +24,7 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
-    from relay.producer import Producer, configure, enqueue
+    from relay.producer import Producer, configure, enqueue, lock_keys
 
 __all__ = [
     "BrokerUnavailable",
@@ -39,10 +39,11 @@ __all__ = [
     "StoreError",
     "configure",
     "enqueue",
+    "lock_keys",
 ]
 __version__ = "0.1.0"
 
-_LAZY = {"Producer", "configure", "enqueue"}
+_LAZY = {"Producer", "configure", "enqueue", "lock_keys"}
 
 
 def __getattr__(name: str) -> Any:

@@ -2,6 +2,13 @@
 
 Every check runs before the INSERT, so a bad event raises :class:`~relay.exceptions.EventError`
 (naming the field) inside the caller's transaction and nothing is written.
+
+An event with an ``ordering_key`` first takes its key's next number from ``outbox_sequence``,
+which locks the key's row until the caller's transaction ends: writers of one key take turns,
+so numbers follow commit order with no gaps, and the relay publishes a key in that order. A
+transaction that enqueues for several keys locks them in the order it enqueues them; two such
+transactions that meet the same keys in opposite orders deadlock (the database aborts one).
+:func:`lock_keys` takes all of a transaction's keys up front in sorted order to avoid that.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -64,10 +71,11 @@ class Producer:
         }
         seconds = _delay(delay)
         conn = _connection(session_or_connection)
+        dialect = dialects.for_name(conn.dialect.name)
         if seconds:
-            values["next_retry_at"] = dialects.for_name(conn.dialect.name).now_plus(
-                sa.literal(seconds, sa.Float)
-            )
+            values["next_retry_at"] = dialect.now_plus(sa.literal(seconds, sa.Float))
+        if values["ordering_key"] is not None:
+            values["seq"] = dialect.next_seq(conn, values["ordering_key"])
         result = conn.execute(sa.insert(outbox).values(**values))
         primary_key = result.inserted_primary_key
         assert primary_key is not None  # a single-row INSERT always reports its key
@@ -140,13 +148,18 @@ def _delay(delay: timedelta | float | None) -> float:
 
 
 def _connection(target: Session | Connection) -> Connection:
+    return in_transaction(target, "enqueue must run inside the business")
+
+
+def in_transaction(target: Session | Connection, whose: str) -> Connection:
+    """The Connection of a Session or Connection whose transaction is open; ``whose``
+    completes "… transaction" in the error naming ``session_or_connection`` otherwise."""
     if isinstance(target, Session):
         return target.connection()
     if isinstance(target, Connection):
         if not target.in_transaction():
             raise EventError(
-                "session_or_connection",
-                "has no transaction open: enqueue must run inside the business transaction",
+                "session_or_connection", f"has no transaction open: {whose} transaction"
             )
         return target
     raise EventError(
@@ -289,6 +302,20 @@ def enqueue(
         ordering_key=ordering_key,
         delay=delay,
     )
+
+
+def lock_keys(session_or_connection: Session | Connection, ordering_keys: Iterable[str]) -> None:
+    """Lock the sequence rows of ``ordering_keys`` in sorted order, until the transaction ends.
+
+    Call it first in a transaction that enqueues events for several keys, with all of them: two
+    such transactions then wait for each other instead of deadlocking, whatever order they
+    enqueue in. Takes no number: a rollback or an unused key leaves no trace but an empty row.
+    """
+    keys = sorted({_name("ordering_key", key) for key in ordering_keys})
+    conn = _connection(session_or_connection)
+    dialect = dialects.for_name(conn.dialect.name)
+    for key in keys:
+        conn.execute(dialect.reserve_key(), {"key": key})
 
 
 def configure(*, max_payload_bytes: int | None = None, wake: WakeUp | None = None) -> Producer:

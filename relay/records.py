@@ -72,6 +72,15 @@ class Buried:
 
 
 @dataclass(frozen=True, slots=True)
+class Released:
+    """Rows given back without spending their attempt, claimable after ``delay_seconds``."""
+
+    events: list[ClaimedEvent]
+    delay_seconds: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class StatusReport:
     """What ``relay status`` prints."""
 

@@ -12,79 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from relay import dialects
-from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
-from relay.records import Buried, ClaimedEvent, Rescheduled, StatusReport
+from relay.engine import create_engine
+from relay.exceptions import DatabaseUnavailable, StoreError
+from relay.records import Buried, ClaimedEvent, Released, Rescheduled, StatusReport
 from relay.urls import redact
 
 log = logging.getLogger(__name__)
-
-_DEFAULT_DRIVERS = {
-    "postgresql": "postgresql+psycopg",
-    "postgres": "postgresql+psycopg",
-    "mysql": "mysql+pymysql",
-    "mariadb": "mariadb+pymysql",
-}
-
-
-def normalize_url(url: str) -> str:
-    """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
-    scheme, sep, rest = url.partition("://")
-    return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
-
-
-def create_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for the outbox database, tuned per dialect.
-
-    SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
-    writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
-    claim's locking reads take no gap locks that would block producers' INSERTs.
-    """
-    url = normalize_url(url)
-    options: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite"):
-        options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
-    elif url.startswith(("mysql", "mariadb")):
-        options["isolation_level"] = "READ COMMITTED"
-    options.update(kwargs)
-    try:
-        engine = sa.create_engine(url, **options)
-    except (sa_exc.ArgumentError, ValueError) as exc:
-        # The URL does not parse (a port that is not a number, an unknown dialect): the
-        # setting is wrong, and saying so beats a traceback.
-        raise ConfigError(f"RELAY_DATABASE_URL={redact(url)!r}: {redact(str(exc))}") from exc
-    except ImportError as exc:
-        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}") from exc
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_on_connect)
-        event.listen(engine, "begin", _sqlite_begin_immediate)
-    return engine
-
-
-#: How long a SQLite writer waits for the lock before "database is locked".
-SQLITE_BUSY_TIMEOUT_SECONDS = 30
-
-
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # pysqlite's own BEGIN is deferred and skipped before SELECTs; SQLAlchemy's "begin" event
-    # emits ours instead (the recipe in SQLAlchemy's SQLite docs).
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
-def _sqlite_begin_immediate(conn: Connection) -> None:
-    # A deferred transaction that reads and then writes fails at once with SQLITE_BUSY when
-    # another process wrote meanwhile (the busy timeout does not apply); taking the write lock
-    # up front makes it wait its turn instead.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
-
 
 #: Advisory lock key of the sent-row purge (an arbitrary constant: "relay purge" in ASCII).
 PURGE_LOCK_KEY = 0x72656C6179707267
@@ -98,6 +35,7 @@ class Completed:
     rescheduled: int
     buried: int
     lost: int
+    released: int = 0
 
 
 class Store:
@@ -132,10 +70,11 @@ class Store:
         sent: Sequence[ClaimedEvent] = (),
         rescheduled: Sequence[Rescheduled] = (),
         buried: Sequence[Buried] = (),
+        released: Sequence[Released] = (),
     ) -> Completed:
         """Record a batch's outcomes in one transaction, one fenced statement per kind."""
         with self._tx() as conn:
-            return self._record(conn, worker, sent, rescheduled, buried)
+            return self._record(conn, worker, sent, rescheduled, buried, released)
 
     def complete_and_claim(
         self,
@@ -144,13 +83,14 @@ class Store:
         sent: Sequence[ClaimedEvent] = (),
         rescheduled: Sequence[Rescheduled] = (),
         buried: Sequence[Buried] = (),
+        released: Sequence[Released] = (),
         limit: int,
         lease_seconds: float,
     ) -> tuple[Completed, list[ClaimedEvent]]:
         """Record a batch's outcomes and lease the next batch in the same short transaction:
         one commit per batch while draining instead of two, still none across broker I/O."""
         with self._tx() as conn:
-            done = self._record(conn, worker, sent, rescheduled, buried)
+            done = self._record(conn, worker, sent, rescheduled, buried, released)
             return done, self._claim(conn, worker, limit, lease_seconds)
 
     def _claim(
@@ -166,11 +106,15 @@ class Store:
         sent: Sequence[ClaimedEvent],
         rescheduled: Sequence[Rescheduled],
         buried: Sequence[Buried],
+        released: Sequence[Released] = (),
     ) -> Completed:
-        n_sent = n_resched = n_buried = 0
-        if sent:
+        n_sent = n_resched = n_buried = n_released = 0
+        unordered = [e for e in sent if e.seq is None]
+        if unordered:
             stmt = self.dialect.mark_sent(worker)
-            n_sent = conn.execute(stmt, self.dialect.fence_params(_keys(sent))).rowcount
+            n_sent = conn.execute(stmt, self.dialect.fence_params(_keys(unordered))).rowcount
+        if len(unordered) < len(sent):
+            n_sent += self._mark_ordered(conn, worker, [e for e in sent if e.seq is not None])
         if rescheduled:
             n_resched = _executemany(
                 conn,
@@ -200,8 +144,62 @@ class Store:
                     for b in buried
                 ],
             )
-        expected = len(sent) + len(rescheduled) + len(buried)
-        return Completed(n_sent, n_resched, n_buried, expected - n_sent - n_resched - n_buried)
+        for group in released:
+            n_released += self._release(conn, worker, group)
+        expected = len(sent) + len(rescheduled) + len(buried) + sum(len(r.events) for r in released)
+        lost = expected - n_sent - n_resched - n_buried - n_released
+        return Completed(n_sent, n_resched, n_buried, lost, n_released)
+
+    def _mark_ordered(self, conn: Connection, worker: str, sent: Sequence[ClaimedEvent]) -> int:
+        """Mark ordered rows sent and move their keys' progress, under the progress rows' locks
+        (taken in key order). Only a run that continues its key's progress without a gap is
+        marked, so a key's sent rows are always exactly those up to its progress; a row whose
+        lease was lost ends its key's run there. Returns how many rows were marked."""
+        keys = sorted({str(e.ordering_key) for e in sent})
+        progress = dict(conn.execute(self.dialect.progress_statement(), {"keys": keys}).all())
+        runs: dict[str, list[ClaimedEvent]] = {}
+        for event in sorted(sent, key=lambda e: (str(e.ordering_key), e.seq or 0)):
+            key = str(event.ordering_key)
+            if key not in progress:  # numbered by hand without a progress row: start one
+                conn.execute(self.dialect.start_progress(), {"key": key})
+                progress[key] = 0
+            run = runs.setdefault(key, [])
+            if event.seq == int(progress[key]) + len(run) + 1:
+                run.append(event)
+        marked = [e for run in runs.values() for e in run]
+        if not marked:
+            return 0
+        savepoint = conn.begin_nested()
+        stmt = self.dialect.mark_sent(worker)
+        if conn.execute(stmt, self.dialect.fence_params(_keys(marked))).rowcount == len(marked):
+            savepoint.commit()
+        else:
+            # A lease was lost under part of a run: mark row by row, each key up to its first
+            # row this worker no longer holds.
+            savepoint.rollback()
+            for key, run in runs.items():
+                kept = 0
+                for event in run:
+                    params = self.dialect.fence_params([(event.id, event.attempt)])
+                    if conn.execute(stmt, params).rowcount != 1:
+                        break
+                    kept += 1
+                runs[key] = run[:kept]
+        moves = [
+            {"b_key": key, "b_from": int(progress[key]), "b_to": int(progress[key]) + len(run)}
+            for key, run in runs.items()
+            if run
+        ]
+        if moves:
+            _executemany(conn, self.dialect.advance(), moves)
+        return sum(len(run) for run in runs.values())
+
+    def _release(self, conn: Connection, worker: str, group: Released) -> int:
+        if not group.events:
+            return 0
+        params = {**self.dialect.fence_params(_keys(group.events)), "delay": group.delay_seconds}
+        params["error"] = group.error
+        return conn.execute(self.dialect.release(worker), params).rowcount
 
     def mark_sent(self, worker: str, events: Sequence[ClaimedEvent]) -> int:
         """Record confirmed rows as sent; returns how many this worker still held."""
@@ -219,12 +217,8 @@ class Store:
         self, worker: str, events: Sequence[ClaimedEvent], delay_seconds: float, error: str
     ) -> int:
         """Give rows back without spending their attempt, claimable after ``delay_seconds``."""
-        if not events:
-            return 0
         with self._tx() as conn:
-            params = {**self.dialect.fence_params(_keys(events)), "delay": delay_seconds}
-            params["error"] = error
-            return conn.execute(self.dialect.release(worker), params).rowcount
+            return self._release(conn, worker, Released(list(events), delay_seconds, error))
 
     def renew(self, worker: str, events: Sequence[ClaimedEvent], lease_seconds: float) -> int:
         """Extend the lease on rows ``worker`` still holds; returns how many it still holds."""
@@ -268,9 +262,15 @@ class Store:
             return conn.execute(self.dialect.retry_failed(ids)).rowcount
 
     def purge_failed(self, ids: Sequence[int] | None = None) -> int:
-        """Delete failed rows (all, or ``ids``)."""
+        """Delete failed rows (all, or ``ids``); a purged failed head no longer holds its key,
+        whose progress moves past it."""
         with self._tx() as conn:
-            return conn.execute(self.dialect.purge_failed(ids)).rowcount
+            places = conn.execute(self.dialect.failed_places(ids)).all()
+            n = conn.execute(self.dialect.purge_failed(ids)).rowcount
+            moves = [{"b_key": k, "b_from": int(s) - 1, "b_to": int(s)} for k, s in places]
+            if moves:
+                _executemany(conn, self.dialect.advance(), moves)
+            return n
 
     def purge_sent(
         self,

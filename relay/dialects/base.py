@@ -1,8 +1,14 @@
-"""Statements every database shares; each dialect supplies its clock and its claim.
+"""Statements every database shares; each dialect supplies its clock, locking and upserts.
 
-The builders return SQLAlchemy Core statements and never execute them (except ``claim``, which
-must run in the transaction the store opens, because some databases need several statements to
-know which rows they claimed). A snapshot test compiles each one per dialect.
+The builders return SQLAlchemy Core statements and never execute them (except ``claim`` and
+``next_seq``, which run several statements in the transaction they are given). A snapshot test
+compiles each one per dialect.
+
+A claim has two lanes. Unordered rows (``seq`` NULL) come from the oldest claimable ones. Ordered
+rows come per key: its head is the row numbered ``outbox_progress.sent_seq + 1``; a claim locks
+heads, then extends each into a run of the next numbers of its key, cut at the first number that
+is missing (not committed yet) or not claimable. Its cost follows the number of keys, never the
+number of rows waiting behind a head.
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    exists,
     func,
     literal_column,
     null,
@@ -34,7 +39,7 @@ from sqlalchemy import (
 )
 
 from relay.records import Status
-from relay.schema import outbox
+from relay.schema import outbox, outbox_progress
 
 #: The columns a claim returns: what the publisher needs and the fence.
 CLAIM_COLUMNS = (
@@ -45,9 +50,11 @@ CLAIM_COLUMNS = (
     outbox.c.ordering_key,
     outbox.c.attempt,
     outbox.c.created_at,
+    outbox.c.seq,
 )
 
-_ahead = outbox.alias("ahead")
+#: A locked head or run row: enough to cut runs at their first gap.
+_PLACE = (outbox.c.id, outbox.c.ordering_key, outbox.c.seq)
 
 
 def lit(status: Status) -> ColumnElement[str]:
@@ -78,10 +85,16 @@ class Dialect:
         raise NotImplementedError
 
     # -- claim -------------------------------------------------------------------------------
+    def due(self) -> ColumnElement[bool]:
+        """Unfinished rows a worker may take now: due pending rows and expired leases."""
+        return and_(
+            outbox.c.status.in_([PENDING, PROCESSING]),
+            or_(self.pending_due(), self.lease_expired()),
+        )
+
     def claimable(self) -> ColumnElement[bool]:
-        """Rows a worker may claim now: due pending rows, expired leases, heads of their key."""
-        due = or_(self.pending_due(), self.lease_expired())
-        return and_(outbox.c.status.in_([PENDING, PROCESSING]), due, self.head_of_key())
+        """Unordered rows (no sequence number) a worker may claim now."""
+        return and_(outbox.c.seq.is_(None), self.due())
 
     def pending_due(self) -> ColumnElement[bool]:
         """Pending rows whose ``next_retry_at`` has passed (or was never set)."""
@@ -94,24 +107,83 @@ class Dialect:
         """Processing rows whose holder's lease has run out."""
         return and_(outbox.c.status == PROCESSING, outbox.c.locked_until < self.now())
 
-    def head_of_key(self) -> ColumnElement[bool]:
-        """Rows with no ordering key, or with no unsent row of their key ahead of them."""
-        return or_(
-            outbox.c.ordering_key.is_(None),
-            ~exists(
-                select(_ahead.c.id).where(
-                    _ahead.c.ordering_key == outbox.c.ordering_key,
-                    _ahead.c.id < outbox.c.id,
-                    _ahead.c.status != SENT,
+    def lock(self, stmt: Select[Any]) -> Select[Any]:
+        """``stmt`` taking row locks on ``outbox`` and skipping rows others hold."""
+        return stmt.with_for_update(skip_locked=True, of=outbox)
+
+    def heads_statement(self, limit: int) -> Select[Any]:
+        """Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked."""
+        return self.lock(
+            select(*_PLACE)
+            .select_from(
+                outbox_progress.join(
+                    outbox,
+                    and_(
+                        outbox.c.ordering_key == outbox_progress.c.ordering_key,
+                        outbox.c.seq == outbox_progress.c.sent_seq + 1,
+                    ),
                 )
-            ),
+            )
+            .where(self.due())
+            .order_by(outbox.c.id)
+            .limit(limit)
         )
+
+    def run_statement(self) -> Select[Any]:
+        """The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked."""
+        return self.lock(
+            select(*_PLACE).where(
+                tuple_(outbox.c.ordering_key, outbox.c.seq).in_(
+                    bindparam("places", expanding=True)
+                ),
+                self.due(),
+            )
+        )
+
+    def run_params(self, places: Sequence[tuple[str, int]]) -> dict[str, Any]:
+        """The bind parameters of :meth:`run_statement`."""
+        return {"places": list(places)}
+
+    def claim_unordered(
+        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+    ) -> list[RowMapping]:
+        """Lease up to ``limit`` of the oldest claimable unordered rows to ``worker``."""
+        raise NotImplementedError
+
+    def lease_ids(
+        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
+    ) -> list[RowMapping]:
+        """Lease the rows ``ids`` (locked by this transaction) and return them as claimed."""
+        raise NotImplementedError
 
     def claim(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> Sequence[RowMapping]:
-        """Lease up to ``limit`` claimable rows to ``worker`` inside the open transaction."""
-        raise NotImplementedError
+    ) -> list[RowMapping]:
+        """Lease up to ``limit`` rows to ``worker`` inside the open transaction: heads of keys
+        and the runs behind them, and the oldest unordered rows; each lane gets at least half
+        of the batch when the other has work."""
+        heads = conn.execute(self.heads_statement(limit)).all()
+        unordered_limit = (limit - len(heads)) // (2 if heads else 1)
+        rows: list[RowMapping] = []
+        if unordered_limit:
+            rows = self.claim_unordered(
+                conn, worker=worker, limit=unordered_limit, lease_seconds=lease_seconds
+            )
+        if not heads:
+            return rows
+        ids = [h.id for h in heads]
+        share = (limit - len(rows)) // len(heads)
+        places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
+        if places:
+            found = conn.execute(self.run_statement(), self.run_params(places)).all()
+            ids += cut_runs(heads, found)
+        left = limit - len(rows) - len(ids)
+        if left > 0 and len(rows) == unordered_limit:
+            # The runs were short and the unordered lane may have more: fill the batch.
+            rows += self.claim_unordered(
+                conn, worker=worker, limit=left, lease_seconds=lease_seconds
+            )
+        return rows + self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
 
     def lease_values(self, worker: str, lease_seconds: float) -> dict[str, Any]:
         """The SET clause of a claim."""
@@ -199,6 +271,58 @@ class Dialect:
             )
         )
 
+    # -- per-key progress: the relay's side of the fence -----------------------------------
+    def progress_statement(self) -> Select[Any]:
+        """Progress of the keys bound as ``keys``, row-locked, in key order."""
+        stmt = (
+            select(outbox_progress.c.ordering_key, outbox_progress.c.sent_seq)
+            .where(outbox_progress.c.ordering_key.in_(bindparam("keys", expanding=True)))
+            .order_by(outbox_progress.c.ordering_key)
+        )
+        return stmt.with_for_update()
+
+    def advance(self) -> Update:
+        """Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany)."""
+        return (
+            update(outbox_progress)
+            .where(
+                outbox_progress.c.ordering_key == bindparam("b_key"),
+                outbox_progress.c.sent_seq == bindparam("b_from"),
+            )
+            .values(sent_seq=bindparam("b_to"))
+        )
+
+    def failed_places(self, ids: Sequence[int] | None) -> Select[Any]:
+        """Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+        head moves its key's progress past it."""
+        stmt = select(outbox.c.ordering_key, outbox.c.seq).where(
+            outbox.c.status == FAILED, outbox.c.seq.is_not(None)
+        )
+        if ids is not None:
+            stmt = stmt.where(outbox.c.id.in_(ids))
+        return stmt
+
+    # -- per-key sequence: the producers' side of the fence ----------------------------------
+    def next_seq(self, conn: Connection, key: str) -> int:
+        """Lock key ``key``'s sequence row until the transaction ends and take its next number;
+        the key's first number also creates its progress row."""
+        seq = int(conn.execute(self.take_seq(), {"key": key}).scalar_one())
+        if seq == 1:
+            conn.execute(self.start_progress(), {"key": key})
+        return seq
+
+    def take_seq(self) -> Any:
+        """Insert key ``key`` at 1 or increment it, returning its number."""
+        raise NotImplementedError
+
+    def reserve_key(self) -> Any:
+        """Lock key ``key``'s sequence row, creating it at 0, without taking a number."""
+        raise NotImplementedError
+
+    def start_progress(self) -> Any:
+        """Create key ``key``'s progress row at 0 unless it exists."""
+        raise NotImplementedError
+
     def held(self, worker: str) -> Select[Any]:
         """Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`."""
         return select(outbox.c.id).where(self._fence_many(worker))
@@ -232,9 +356,28 @@ class Dialect:
         )
 
     def backlog(self, limit: int) -> Select[Any]:
-        """How many rows are claimable now, counting no further than ``limit`` (bounded scan)."""
-        claimable = select(outbox.c.id).where(self.claimable()).limit(limit).subquery()
-        return select(func.count()).select_from(claimable)
+        """How many unordered rows and heads of keys are claimable now, counting each no
+        further than ``limit`` (bounded scans)."""
+        unordered = select(outbox.c.id).where(self.claimable()).limit(limit).subquery()
+        heads = (
+            select(outbox.c.id)
+            .select_from(
+                outbox_progress.join(
+                    outbox,
+                    and_(
+                        outbox.c.ordering_key == outbox_progress.c.ordering_key,
+                        outbox.c.seq == outbox_progress.c.sent_seq + 1,
+                    ),
+                )
+            )
+            .where(self.due())
+            .limit(limit)
+            .subquery()
+        )
+        return select(
+            select(func.count()).select_from(unordered).scalar_subquery()
+            + select(func.count()).select_from(heads).scalar_subquery()
+        )
 
     def try_lock(self, conn: Connection, key: int) -> bool:
         """Take the exclusive lock ``key`` until the open transaction ends, if it is free.
@@ -292,3 +435,16 @@ class Dialect:
             .limit(limit)
         )
         return delete(outbox).where(outbox.c.id.in_(victims.scalar_subquery()))
+
+
+def cut_runs(heads: Sequence[Any], found: Sequence[Any]) -> list[int]:
+    """Ids of ``found`` rows that extend their head's run without a gap, in key order: a run
+    stops at the first number missing (uncommitted, locked by another claimer, not due)."""
+    by_place = {(r.ordering_key, r.seq): r.id for r in found}
+    ids: list[int] = []
+    for head in heads:
+        seq = head.seq + 1
+        while (head.ordering_key, seq) in by_place:
+            ids.append(by_place[(head.ordering_key, seq)])
+            seq += 1
+    return ids

@@ -1,4 +1,5 @@
-"""PostgreSQL: one-statement claim (CTE with FOR UPDATE SKIP LOCKED feeding UPDATE … RETURNING)."""
+"""PostgreSQL: the unordered lane is one statement (CTE with FOR UPDATE SKIP LOCKED feeding
+UPDATE … RETURNING); a key's number is ``INSERT … ON CONFLICT DO UPDATE … RETURNING``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     RowMapping,
+    Select,
     Update,
     bindparam,
     func,
@@ -18,10 +20,11 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy import update as sa_update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
+from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.dialects.base import CLAIM_COLUMNS, PROCESSING, Dialect
-from relay.schema import outbox
+from relay.dialects.base import _PLACE, CLAIM_COLUMNS, PROCESSING, Dialect
+from relay.schema import outbox, outbox_progress, outbox_sequence
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
@@ -82,11 +85,70 @@ class PostgresDialect(Dialect):
             .returning(*CLAIM_COLUMNS)
         )
 
-    def claim(
+    def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> Sequence[RowMapping]:
+    ) -> list[RowMapping]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return conn.execute(stmt).mappings().all()
+        return list(conn.execute(stmt).mappings())
+
+    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
+        """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
+        return (
+            sa_update(outbox)
+            .where(outbox.c.id == sa.any_(_IDS))
+            .values(**self.lease_values(worker, lease_seconds))
+            .returning(*CLAIM_COLUMNS)
+        )
+
+    def lease_ids(
+        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
+    ) -> list[RowMapping]:
+        stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
+        return list(conn.execute(stmt, {"ids": list(ids)}).mappings())
+
+    def run_statement(self) -> Select[Any]:
+        """The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``
+        (unnested into a join, for the reason :meth:`_fence_many` gives), locked."""
+        places = (
+            func.unnest(
+                bindparam("run_keys", type_=ARRAY(sa.String)),
+                bindparam("run_seqs", type_=ARRAY(sa.BigInteger)),
+            )
+            .table_valued("ordering_key", "seq")
+            .render_derived(name="p")
+        )
+        return self.lock(
+            select(*_PLACE).where(
+                outbox.c.ordering_key == places.c.ordering_key,
+                outbox.c.seq == places.c.seq,
+                self.due(),
+            )
+        )
+
+    def run_params(self, places: Sequence[tuple[str, int]]) -> dict[str, Any]:
+        """Two parallel arrays for :meth:`run_statement`."""
+        return {"run_keys": [p[0] for p in places], "run_seqs": [p[1] for p in places]}
+
+    def take_seq(self) -> ReturningInsert[Any]:
+        """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=1)
+        return stmt.on_conflict_do_update(
+            index_elements=[outbox_sequence.c.ordering_key],
+            set_={"last_seq": outbox_sequence.c.last_seq + 1},
+        ).returning(outbox_sequence.c.last_seq)
+
+    def reserve_key(self) -> Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO UPDATE SET last_seq = last_seq`` (locks it)."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
+        return stmt.on_conflict_do_update(
+            index_elements=[outbox_sequence.c.ordering_key],
+            set_={"last_seq": outbox_sequence.c.last_seq},
+        )
+
+    def start_progress(self) -> Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
+        stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
+        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
 
     def try_lock(self, conn: Connection, key: int) -> bool:
         """``pg_try_advisory_xact_lock``: released at commit, so it also works behind a

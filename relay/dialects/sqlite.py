@@ -1,7 +1,7 @@
 """SQLite (>= 3.35): one ``UPDATE … RETURNING`` claim inside a write transaction.
 
 SQLite has one writer at a time, so it needs no SKIP LOCKED: the store's engine opens every
-transaction with ``BEGIN IMMEDIATE`` (``relay.store.create_engine``), which takes the write
+transaction with ``BEGIN IMMEDIATE`` (``relay.engine.create_engine``), which takes the write
 lock up front and waits for it under the busy timeout, and the claim's sub-select and update
 then run under that lock. Correctness does not hang on the hook: a single UPDATE statement is
 serializable in SQLite anyway; without the hook a racing claimer would get "database is
@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
     RowMapping,
+    Select,
     Update,
+    bindparam,
     func,
     literal,
     literal_column,
@@ -29,9 +31,11 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy.dialects.sqlite import Insert, insert
+from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.dialects.base import CLAIM_COLUMNS, Dialect
-from relay.schema import outbox
+from relay.schema import outbox, outbox_progress, outbox_sequence
 from relay.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 
@@ -74,8 +78,45 @@ class SQLiteDialect(Dialect):
             .returning(*CLAIM_COLUMNS)
         )
 
-    def claim(
+    def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> Sequence[RowMapping]:
+    ) -> list[RowMapping]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return conn.execute(stmt).mappings().all()
+        return list(conn.execute(stmt).mappings())
+
+    def lock(self, stmt: Select[Any]) -> Select[Any]:
+        """Unchanged: the transaction already holds the database's write lock."""
+        return stmt
+
+    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
+        """Lease the rows bound as ``ids``, returning them."""
+        return (
+            update(outbox)
+            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
+            .values(**self.lease_values(worker, lease_seconds))
+            .returning(*CLAIM_COLUMNS)
+        )
+
+    def lease_ids(
+        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
+    ) -> list[RowMapping]:
+        stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
+        return list(conn.execute(stmt, {"ids": list(ids)}).mappings())
+
+    def take_seq(self) -> ReturningInsert[Any]:
+        """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=1)
+        return stmt.on_conflict_do_update(
+            index_elements=[outbox_sequence.c.ordering_key],
+            set_={"last_seq": outbox_sequence.c.last_seq + 1},
+        ).returning(outbox_sequence.c.last_seq)
+
+    def reserve_key(self) -> Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
+        return stmt.on_conflict_do_nothing(index_elements=[outbox_sequence.c.ordering_key])
+
+    def start_progress(self) -> Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
+        stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
+        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])

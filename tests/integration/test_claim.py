@@ -8,8 +8,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from relay.engine import create_engine
 from relay.records import Rescheduled
-from relay.store import Store, create_engine
+from relay.store import Store
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, make_due, rows
 
 
@@ -113,28 +114,44 @@ def test_claim_takes_oldest_first_and_respects_the_limit(store: Store, engine: s
     assert [e.id for e in first] == ids[:10]
 
 
-def test_ordering_key_allows_one_row_in_flight_per_key(store: Store, engine: sa.Engine) -> None:
-    """Rows of one key go out one at a time in creation order; other keys proceed meanwhile."""
+def test_ordering_key_leases_a_run_per_key_and_nothing_behind_it(
+    store: Store, engine: sa.Engine
+) -> None:
+    """A claim leases each key's run in sequence order; while a run is held nobody can claim
+    that key; once it is sent the rows after it are claimable."""
     a = enqueue_many(engine, 3, ordering_key="order-1")
     b = enqueue_many(engine, 2, ordering_key="order-2")
     free = enqueue_many(engine, 2)
-    first = store.claim("w", 100, lease_seconds=60)
-    assert sorted(e.id for e in first) == sorted([a[0], b[0], *free])
+    first = store.claim("w", 4, lease_seconds=60)
+    assert sorted(e.id for e in first) == sorted([a[0], b[0], *free]), "heads, then unordered"
     assert store.claim("w2", 100, lease_seconds=60) == [], "heads still in flight"
     store.mark_sent("w", [e for e in first if e.id == a[0]])
-    (nxt,) = store.claim("w2", 100, lease_seconds=60)
-    assert nxt.id == a[1]
+    nxt = store.claim("w2", 100, lease_seconds=60)
+    assert [(e.id, e.seq) for e in nxt] == [(a[1], 2), (a[2], 3)]
 
 
 def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:
-    """A key whose head row is failed is held until an operator retries or purges it."""
+    """A key whose head row is failed is held until an operator retries it; then the key goes
+    on in order from that row."""
     a = enqueue_many(engine, 2, ordering_key="k")
     from relay.records import Buried
 
-    (head,) = store.claim("w", 100, lease_seconds=60)
-    store.bury("w", [Buried(head, "poison")])
+    head, second = store.claim("w", 100, lease_seconds=60)
+    store.complete("w", buried=[Buried(head, "poison")])
+    store.release("w", [second], 0.0, "an earlier row of its key failed")
     assert store.claim("w", 100, lease_seconds=60) == []
     assert store.retry_failed([a[0]]) == 1
-    (again,) = store.claim("w", 100, lease_seconds=60)
-    assert again.id == a[0]
-    assert again.attempt == 1
+    again = store.claim("w", 100, lease_seconds=60)
+    assert [(e.id, e.attempt) for e in again] == [(a[0], 1), (a[1], 1)]
+
+
+def test_purging_a_failed_head_lets_its_key_go_on(store: Store, engine: sa.Engine) -> None:
+    """Purging a failed head moves its key past it: the next row becomes the head."""
+    a = enqueue_many(engine, 2, ordering_key="k")
+    from relay.records import Buried
+
+    (head,) = store.claim("w", 1, lease_seconds=60)
+    store.complete("w", buried=[Buried(head, "poison")])
+    assert store.purge_failed([a[0]]) == 1
+    (nxt,) = store.claim("w", 100, lease_seconds=60)
+    assert (nxt.id, nxt.seq) == (a[1], 2)

@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from relay.dialects import for_name
 from relay.dialects.mysql import MySQLDialect
 from relay.dialects.sqlite import SQLiteDialect
+from relay.engine import create_engine
 from relay.schema import outbox
-from relay.store import Store, create_engine
+from relay.store import Store
 from tests.support import databases
 from tests.support.rows import enqueue_many, rows
 
@@ -108,7 +109,7 @@ def test_claim_reads_only_unfinished_rows_through_an_index(history_engine: sa.En
                 sql = str(stmt.compile(history_engine, compile_kwargs={"literal_binds": True}))
                 outer = conn.exec_driver_sql(f"EXPLAIN {sql}").mappings().first()
                 assert outer is not None
-                assert (outer["key"], outer["type"]) == ("ix_outbox_status_id", "ref"), outer
+                assert (outer["key"], outer["type"]) == ("ix_outbox_status_seq_id", "ref"), outer
                 assert "filesort" not in (outer["Extra"] or ""), outer
         else:
             assert isinstance(dialect, SQLiteDialect)

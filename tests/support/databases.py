@@ -127,7 +127,7 @@ class MySQLBackend(ServerBackend):
     admin_url = services.MYSQL_ADMIN_URL
     service = "MySQL/MariaDB"
     quote = "`"
-    TABLES = ("outbox", "relay_alembic_version")
+    TABLES = ("outbox", "outbox_sequence", "outbox_progress", "relay_alembic_version")
 
     def create(self) -> str:
         name = self._create_database("relay_t")

@@ -36,7 +36,12 @@ NOT_STATEMENTS = {
     "lease_values",
     "pending_due",
     "lease_expired",
-    "head_of_key",
+    "due",
+    "lock",
+    "claim_unordered",
+    "lease_ids",
+    "next_seq",
+    "run_params",
     "try_lock",
 }
 

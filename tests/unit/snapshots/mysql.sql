@@ -1,17 +1,25 @@
--- backlog: How many rows are claimable now, counting no further than ``limit`` (bounded scan).
-SELECT count(*) AS count_1
+-- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
+UPDATE outbox_progress SET sent_seq=%s WHERE outbox_progress.ordering_key = %s AND outbox_progress.sent_seq = %s;
+
+-- backlog: How many unordered rows and heads of keys are claimable now, counting each no
+SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent')))
- LIMIT %s) AS anon_1;
+WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
+ LIMIT %s) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
+ LIMIT %s) AS anon_3) AS anon_1;
+
+-- bump_seq: ``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``.
+UPDATE outbox_sequence SET last_seq=last_insert_id(outbox_sequence.last_seq + %s) WHERE outbox_sequence.ordering_key = %s;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
 -- claimed_statement: The leased rows as the claim returns them; bind ``ids``.
-SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at
+SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq
 FROM outbox
 WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
@@ -24,10 +32,24 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6));
 
+-- failed_places: Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+SELECT outbox.ordering_key, outbox.seq
+FROM outbox
+WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL;
+
+-- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
+SELECT outbox.id, outbox.ordering_key, outbox.seq
+FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+ LIMIT %s FOR UPDATE SKIP LOCKED;
+
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
 FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
+
+-- last_insert_id: ``SELECT LAST_INSERT_ID()``: the number the statement before set, per session.
+SELECT last_insert_id() AS last_insert_id_1;
 
 -- lease_statement: Lease the picked rows; bind ``ids``.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %s), locked_by=%s, locked_until=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id IN (__[POSTCOMPILE_ids]);
@@ -46,15 +68,16 @@ SELECT timestampdiff(MICROSECOND, (SELECT min(outbox.created_at) AS min_1
 FROM outbox
 WHERE outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1;
 
--- pick_statement: ``SELECT id … ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one status.
+-- pick_statement: ``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
 SELECT outbox.id
 FROM outbox
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent'))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND outbox.seq IS NULL ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED;
+
+-- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
+SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
+FROM outbox_progress
+WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_progress.ordering_key FOR UPDATE;
 
 -- purge_failed: Delete failed rows (all, or those in ``ids``).
 DELETE FROM outbox WHERE outbox.status = 'failed';
@@ -75,5 +98,19 @@ UPDATE outbox SET locked_until=timestampadd(MICROSECOND, CAST(round(%s * 1000000
 -- reschedule: Failed rows with attempts left go back to pending after a per-row delay (executemany:
 UPDATE outbox SET status='pending', next_retry_at=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), locked_by=NULL, locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
+-- reserve_key: ``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it).
+INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, %s) ON DUPLICATE KEY UPDATE last_seq = outbox_sequence.last_seq;
+
 -- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
 UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.status = 'failed';
+
+-- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
+SELECT outbox.id, outbox.ordering_key, outbox.seq
+FROM outbox
+WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) FOR UPDATE SKIP LOCKED;
+
+-- start_progress: ``INSERT IGNORE … (key, 0)`` into ``outbox_progress``.
+INSERT IGNORE INTO outbox_progress (ordering_key, sent_seq) VALUES (%s, %s);
+
+-- take_seq: ``INSERT … VALUES (key, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq =
+INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, last_insert_id(%s)) ON DUPLICATE KEY UPDATE last_seq = last_insert_id(outbox_sequence.last_seq + %s);

@@ -1,11 +1,16 @@
--- backlog: How many rows are claimable now, counting no further than ``limit`` (bounded scan).
-SELECT count(*) AS count_1
+-- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
+UPDATE outbox_progress SET sent_seq=%(b_to)s::BIGINT WHERE outbox_progress.ordering_key = %(b_key)s::VARCHAR AND outbox_progress.sent_seq = %(b_from)s::BIGINT;
+
+-- backlog: How many unordered rows and heads of keys are claimable now, counting each no
+SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent')))
- LIMIT %(param_1)s::INTEGER) AS anon_1;
+WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
+ LIMIT %(param_1)s::INTEGER) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
+ LIMIT %(param_2)s::INTEGER) AS anon_3) AS anon_1;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
@@ -14,11 +19,9 @@ UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VA
 WITH picked AS
 (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) ORDER BY outbox.id
  LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED)
- UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() FROM picked WHERE outbox.id = picked.id RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at;
+ UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() FROM picked WHERE outbox.id = picked.id RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
 
 -- count_by_status: Rows per status.
 SELECT outbox.status, count(*) AS count_1
@@ -29,10 +32,24 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < now();
 
+-- failed_places: Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+SELECT outbox.ordering_key, outbox.seq
+FROM outbox
+WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL;
+
+-- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
+SELECT outbox.id, outbox.ordering_key, outbox.seq
+FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) ORDER BY outbox.id
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED;
+
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
 FROM outbox, unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt)
 WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+
+-- lease_statement: Lease the rows bound as ``ids`` (locked by this transaction), returning them.
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
 
 -- list_failed: Dead-lettered rows, oldest first.
 SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
@@ -47,6 +64,11 @@ UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=no
 SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
 FROM outbox
 WHERE outbox.status = 'pending')) AS FLOAT) AS anon_1;
+
+-- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
+SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
+FROM outbox_progress
+WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_progress.ordering_key FOR UPDATE;
 
 -- purge_failed: Delete failed rows (all, or those in ``ids``).
 DELETE FROM outbox WHERE outbox.status = 'failed';
@@ -66,5 +88,19 @@ UPDATE outbox SET locked_until=(now() + %(lease_seconds)s * interval '1 second')
 -- reschedule: Failed rows with attempts left go back to pending after a per-row delay (executemany:
 UPDATE outbox SET status='pending', next_retry_at=(now() + %(b_delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
 
+-- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO UPDATE SET last_seq = last_seq`` (locks it).
+INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = outbox_sequence.last_seq;
+
 -- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
 UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=now() WHERE outbox.status = 'failed';
+
+-- run_statement: The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``
+SELECT outbox.id, outbox.ordering_key, outbox.seq
+FROM outbox, unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, seq)
+WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) FOR UPDATE OF outbox SKIP LOCKED;
+
+-- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
+INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (%(key)s::VARCHAR, %(sent_seq)s::BIGINT) ON CONFLICT (ordering_key) DO NOTHING;
+
+-- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
+INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + %(last_seq_1)s::BIGINT) RETURNING outbox_sequence.last_seq;

@@ -1,11 +1,16 @@
--- backlog: How many rows are claimable now, counting no further than ``limit`` (bounded scan).
-SELECT count(*) AS count_1
+-- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
+UPDATE outbox_progress SET sent_seq=? WHERE outbox_progress.ordering_key = ? AND outbox_progress.sent_seq = ?;
+
+-- backlog: How many unordered rows and heads of keys are claimable now, counting each no
+SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent')))
- LIMIT ? OFFSET ?) AS anon_1;
+WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
+ LIMIT ? OFFSET ?) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
+ LIMIT ? OFFSET ?) AS anon_3) AS anon_1;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
@@ -13,10 +18,8 @@ UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(
 -- claim_statement: Lease the oldest claimable rows picked by a sub-select, returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT outbox.id
 FROM outbox
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.ordering_key IS NULL OR NOT (EXISTS (SELECT ahead.id
-FROM outbox AS ahead
-WHERE ahead.ordering_key = outbox.ordering_key AND ahead.id < outbox.id AND ahead.status != 'sent'))) ORDER BY outbox.id
- LIMIT ? OFFSET ?) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at;
+WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
 
 -- count_by_status: Rows per status.
 SELECT outbox.status, count(*) AS count_1
@@ -27,10 +30,24 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'));
 
+-- failed_places: Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+SELECT outbox.ordering_key, outbox.seq
+FROM outbox
+WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL;
+
+-- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
+SELECT outbox.id, outbox.ordering_key, outbox.seq
+FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?;
+
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
 FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- lease_statement: Lease the rows bound as ``ids``, returning them.
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
 
 -- list_failed: Dead-lettered rows, oldest first.
 SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
@@ -45,6 +62,11 @@ UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-
 SELECT (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
 FROM outbox
 WHERE outbox.status = 'pending'))) * 86400.0 AS anon_1;
+
+-- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
+SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
+FROM outbox_progress
+WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_progress.ordering_key;
 
 -- purge_failed: Delete failed rows (all, or those in ``ids``).
 DELETE FROM outbox WHERE outbox.status = 'failed';
@@ -64,5 +86,19 @@ UPDATE outbox SET locked_until=strftime(?, 'now', printf(?, ?)) WHERE (outbox.id
 -- reschedule: Failed rows with attempts left go back to pending after a per-row delay (executemany:
 UPDATE outbox SET status='pending', next_retry_at=strftime(?, 'now', printf(?, ?)), locked_by=NULL, locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
+-- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes.
+INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
+
 -- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
 UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.status = 'failed';
+
+-- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
+SELECT outbox.id, outbox.ordering_key, outbox.seq
+FROM outbox
+WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
+
+-- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
+INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
+
+-- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
+INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + ?) RETURNING last_seq;
