@@ -37,8 +37,9 @@ if __package__ in (None, ""):  # run as a script: make `relay` importable from t
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from relay import migrate
+from relay.engine import create_engine
 from relay.schema import outbox
-from relay.store import Store, create_engine
+from relay.store import Store
 
 RESULTS = Path(__file__).resolve().parent / "results" / "claim_rates.json"
 SERVERS = {

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench import fixtures, services
-from relay.store import create_engine
+from relay.engine import create_engine
 
 _HZ = os.sysconf("SC_CLK_TCK")
 

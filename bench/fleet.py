@@ -24,7 +24,7 @@ import kombu
 
 from bench import ceiling, fixtures, procs, rows, services
 from relay import message
-from relay.store import create_engine
+from relay.engine import create_engine
 
 CELERY = str(Path(sys.executable).with_name("celery"))
 BATCH_SIZE = 100

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from bench.procs import BENCH_READY
 from relay import message
+from relay.engine import normalize_url
 from relay.records import ClaimedEvent
-from relay.store import normalize_url
 
 PICK_ONE = sa.text(
     "SELECT id, event_type, payload, headers, ordering_key, attempt, created_at FROM outbox "

@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
-from relay.store import Store, create_engine
+from relay.engine import create_engine
+from relay.store import Store
 from tests.support import databases, services
 from tests.support.broker import Collector
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+from relay.engine import create_engine
 from relay.schema import TABLES, applies_to, metadata
-from relay.store import create_engine
 
 VERSION_TABLE = "relay_alembic_version"
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import create_engine
+from relay.engine import create_engine
 
 
 @pytest.fixture

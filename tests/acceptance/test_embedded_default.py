@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 import relay
 from relay import transports
 from relay.config import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL
-from relay.store import create_engine
+from relay.engine import create_engine
 from tests.support.celery_fleet import CELERY_BIN, relay_env, wait_until
 from tests.support.rows import count_by_status
 

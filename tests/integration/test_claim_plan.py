@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from relay.dialects.postgresql import PostgresDialect
-from relay.store import create_engine
+from relay.engine import create_engine
 
 
 def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: str) -> None:

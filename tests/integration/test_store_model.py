@@ -24,9 +24,10 @@ from hypothesis.stateful import (
 from sqlalchemy.orm import Session
 
 import relay
+from relay.engine import create_engine
 from relay.records import Buried, ClaimedEvent, Rescheduled
 from relay.schema import outbox
-from relay.store import Store, create_engine
+from relay.store import Store
 
 WORKERS = ("w1", "w2", "w3")
 LEASE = 300.0  # never expires by itself during a run: expiry is a rule of its own

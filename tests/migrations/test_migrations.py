@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from relay import migrate
 from relay.dialects import for_name
+from relay.engine import create_engine
 from relay.schema import outbox
-from relay.store import create_engine
 from tests.support import databases
 
 RELAY = [sys.executable, "-c", "from relay.cli import main; raise SystemExit(main())"]

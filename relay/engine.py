@@ -1,0 +1,79 @@
+"""Engines for the outbox database, tuned per dialect: URL normalisation (the drivers this
+package installs), SQLite pragmas and ``BEGIN IMMEDIATE``, MySQL/MariaDB isolation.
+
+``relay.store`` builds its engine here; so do the migrations and the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy import exc as sa_exc
+
+from relay.exceptions import ConfigError, StoreError
+from relay.urls import redact
+
+_DEFAULT_DRIVERS = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+
+
+def normalize_url(url: str) -> str:
+    """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
+
+
+def create_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for the outbox database, tuned per dialect.
+
+    SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
+    writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
+    claim's locking reads take no gap locks that would block producers' INSERTs.
+    """
+    url = normalize_url(url)
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
+    elif url.startswith(("mysql", "mariadb")):
+        options["isolation_level"] = "READ COMMITTED"
+    options.update(kwargs)
+    try:
+        engine = sa.create_engine(url, **options)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        # The URL does not parse (a port that is not a number, an unknown dialect): the
+        # setting is wrong, and saying so beats a traceback.
+        raise ConfigError(f"RELAY_DATABASE_URL={redact(url)!r}: {redact(str(exc))}") from exc
+    except ImportError as exc:
+        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_begin_immediate)
+    return engine
+
+
+#: How long a SQLite writer waits for the lock before "database is locked".
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own BEGIN is deferred and skipped before SELECTs; SQLAlchemy's "begin" event
+    # emits ours instead (the recipe in SQLAlchemy's SQLite docs).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _sqlite_begin_immediate(conn: Connection) -> None:
+    # A deferred transaction that reads and then writes fails at once with SQLITE_BUSY when
+    # another process wrote meanwhile (the busy timeout does not apply); taking the write lock
+    # up front makes it wait its turn instead.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
