@@ -1,4 +1,4 @@
-"""The ``relay`` command: migrate, status, dispatch, failed, purge-sent, demo."""
+"""The ``relay`` command: migrate, status, dispatch, failed, purge-sent, inbox, demo."""
 
 from __future__ import annotations
 
@@ -71,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="e.g. 7d, 12h, 3600",
     )
     p.add_argument("--batch-size", type=int, default=1000)
+
+    p = sub.add_parser("inbox", help="consumers' inbox retention and dead letters")
+    isub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ip = isub.add_parser("purge", help="delete inbox rows received longer ago than a duration")
+    ip.add_argument("--older-than", type=parse_duration, required=True, metavar="DURATION")
+    ip.add_argument("--batch-size", type=int, default=1000)
+    for name, verb in (("dead", "list the dead letters of"), ("redrive", "re-drive")):
+        ip = isub.add_parser(name, help=f"{verb} an event queue (<QUEUE>.dead on the broker)")
+        ip.add_argument("queue", metavar="QUEUE", help="the event queue (on_event's queue=)")
+        ip.add_argument("--limit", type=int, default=100 if name == "dead" else 1_000_000)
 
     p = sub.add_parser(
         "demo",
@@ -189,6 +199,41 @@ def _cmd_purge_sent(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inbox(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "purge":
+        from relay import inbox
+        from relay.engine import create_engine
+
+        engine, deleted = create_engine(settings.database_url), 0
+        try:
+            while True:
+                with engine.begin() as conn:
+                    n = inbox.purge(conn, args.older_than, batch_size=args.batch_size)
+                deleted += n
+                if n < args.batch_size:
+                    break
+        finally:
+            engine.dispose()
+        print(f"{deleted} inbox rows deleted")
+        return 0
+    import kombu
+
+    from relay import deadletters, transports
+
+    url = settings.events_connection_url
+    with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
+        if args.action == "redrive":
+            moved = deadletters.redrive(conn, args.queue, args.limit)
+            print(f"{moved} dead letters back on {args.queue}")
+            return 0
+        letters = deadletters.peek(conn, args.queue, args.limit)
+    if not letters:
+        print(f"no dead letters in {deadletters.dead_queue_name(args.queue)}")
+    for d in letters:
+        print("\t".join((d.message_id, d.routing_key, f"attempts {d.attempts}", d.error)))
+    return 0
+
+
 def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     if not args.verbose:
         # A log line per Celery task would drown the progress line; warnings still show.
@@ -212,6 +257,7 @@ _USES: dict[str, frozenset[str] | None] = {
     "status": DATABASE_ONLY,
     "failed": DATABASE_ONLY,
     "purge-sent": DATABASE_ONLY,
+    "inbox": DATABASE_ONLY | {"broker_url", "events_url"},
     # The demo builds its own settings: a throw-away database and the in-memory transport.
     "demo": frozenset(),
 }
@@ -222,5 +268,6 @@ _COMMANDS = {
     "dispatch": _cmd_dispatch,
     "failed": _cmd_failed,
     "purge-sent": _cmd_purge_sent,
+    "inbox": _cmd_inbox,
     "demo": _cmd_demo,
 }

@@ -141,5 +141,17 @@ outbox_progress = Table(
     Column("sent_seq", BigInteger, nullable=False, server_default=text("0")),
 )
 
+#: Consumers' side: one row per (consumer, message id) it processed, written in the consumer's
+#: own transaction (``relay.inbox.claim``), so a redelivered message takes effect once.
+inbox = Table(
+    "relay_inbox",
+    metadata,
+    Column("consumer", String(255), primary_key=True),
+    Column("message_id", String(255), primary_key=True),
+    Column("received_at", Timestamp, nullable=False, server_default=utc_now()),
+)
+#: Retention deletes by age.
+Index("ix_relay_inbox_received_at", inbox.c.received_at)
+
 #: Every table the relay's migrations own (Alembic's comparison looks at these only).
 TABLES = frozenset(metadata.tables)

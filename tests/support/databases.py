@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from relay import migrate
+from relay import migrate, schema
 from tests.support import services
 
 
@@ -127,7 +127,7 @@ class MySQLBackend(ServerBackend):
     admin_url = services.MYSQL_ADMIN_URL
     service = "MySQL/MariaDB"
     quote = "`"
-    TABLES = ("outbox", "outbox_sequence", "outbox_progress", "relay_alembic_version")
+    TABLES = (*sorted(schema.TABLES), "relay_alembic_version")
 
     def create(self) -> str:
         name = self._create_database("relay_t")
