@@ -206,7 +206,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
             nonlocal extra
             dispatcher = runtime.dispatcher()
             report.add(dispatcher.run_once())
-            if not report.last_batch_full or report.broker_error:
+            if report.drained or report.broker_error:
                 return
             backlog = dispatcher.store.backlog(s.batch_size * s.max_fanout)
             extra = fanout(backlog, s.batch_size, s.max_fanout)

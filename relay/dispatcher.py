@@ -25,7 +25,7 @@ from relay.exceptions import BrokerUnavailable, StoreError
 from relay.lease import LeaseKeeper
 from relay.policy import CircuitBreaker, RetryPolicy
 from relay.publishers import Publisher
-from relay.records import Buried, ClaimedEvent, Rescheduled
+from relay.records import Buried, ClaimedEvent, PublishResult, Released, Rescheduled
 from relay.store import Completed, Store
 
 log = logging.getLogger(__name__)
@@ -45,45 +45,100 @@ class Report:
     sent: int = 0
     rescheduled: int = 0
     buried: int = 0
-    #: Given back without spending an attempt because the broker was unreachable.
+    #: Given back without spending an attempt: the broker was unreachable, or an earlier row
+    #: of the same key failed in the batch.
     released: int = 0
     #: Outcomes refused by the fence: the lease had expired and another worker took the row.
     lost: int = 0
     #: Set when the broker was unreachable (the circuit breaker opened).
     broker_error: str | None = None
-    last_batch_full: bool = False
+    #: The last claim found nothing: the outbox had nothing claimable for this worker.
+    drained: bool = False
 
     def add(self, other: Report) -> None:
         for f in fields(self):
-            if f.name in ("broker_error", "last_batch_full"):
+            if f.name in ("broker_error", "drained"):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         self.broker_error = other.broker_error or self.broker_error
-        self.last_batch_full = other.last_batch_full
+        self.drained = other.drained
 
 
 @dataclass(slots=True)
-class _Held:
-    """A leased batch and the keeper renewing its lease."""
+class Batch:
+    """A leased batch and the keeper renewing its lease, which it stops on exit (or close)."""
 
     events: list[ClaimedEvent]
     keeper: LeaseKeeper
     #: The dispatcher's clock when the batch was claimed.
     claimed_at: float
 
+    def close(self) -> None:
+        self.keeper.stop()
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: Why the rows behind a key's failed row are given back.
+BEHIND_A_FAILURE = "an earlier row of its ordering key failed in the same batch"
+
 
 @dataclass(slots=True)
 class _Outcome:
     """What the broker said about a batch, sorted into what the store will record."""
 
-    held: _Held
+    batch: Batch
     report: Report
     sent: list[ClaimedEvent] = field(default_factory=list)
     rescheduled: list[Rescheduled] = field(default_factory=list)
     buried: list[Buried] = field(default_factory=list)
+    #: The broker was unreachable: given back after ``delay``.
     unavailable: list[ClaimedEvent] = field(default_factory=list)
+    #: Behind a failed row of their key: given back at once, without spending an attempt.
+    behind: list[ClaimedEvent] = field(default_factory=list)
     error: str | None = None
     delay: float = 0.0
+
+    def released(self) -> list[Released]:
+        groups = []
+        if self.unavailable:
+            groups.append(Released(self.unavailable, self.delay, self.error or ""))
+        if self.behind:
+            groups.append(Released(self.behind, 0.0, BEHIND_A_FAILURE))
+        return groups
+
+
+def hold_back_after_failures(result: PublishResult) -> list[ClaimedEvent]:
+    """Take out of ``result`` every row of an ordering key that comes after the key's first
+    row that did not go through (rejected, withheld or unavailable), and return them: a key's
+    rows are marked sent only up to its first failure, so nothing overtakes the failed row.
+
+    With confirms awaited per batch, rows after a nacked or returned one may have reached the
+    broker already; they are given back and published again after it (duplicates, in order).
+    """
+    failed = {e.id for e, _ in result.rejected} | {e.id for e in result.withheld}
+    failed |= {e.id for e in result.unavailable}
+    first_failure: dict[str | None, int] = {}
+    everything = [*result.confirmed, *(e for e, _ in result.rejected), *result.withheld]
+    for event in [*everything, *result.unavailable]:
+        if event.seq is not None and event.id in failed:
+            seen = first_failure.get(event.ordering_key)
+            if seen is None or event.seq < seen:
+                first_failure[event.ordering_key] = event.seq
+
+    def behind(event: ClaimedEvent) -> bool:
+        first = first_failure.get(event.ordering_key)
+        return event.seq is not None and first is not None and event.seq > first
+
+    held_back = [e for e in everything if behind(e)]
+    result.confirmed = [e for e in result.confirmed if not behind(e)]
+    result.rejected = [(e, err) for e, err in result.rejected if not behind(e)]
+    result.withheld = []
+    return held_back
 
 
 @dataclass
@@ -130,64 +185,68 @@ class Dispatcher:
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
-        held = self._claim(self.settings.batch_size)
-        if held is None:
-            return Report(cycles=1)
-        outcome = self._publish(held)
-        self._record(outcome, next_limit=0)
+        batch = self._claim(self.settings.batch_size)
+        if batch is None:
+            return Report(cycles=1, drained=True)
+        with batch:
+            outcome = self._publish(batch)
+            self._record(outcome, next_limit=0)
         return outcome.report
 
     def drain(
         self, budget_seconds: float | None = None, stop: threading.Event | None = None
     ) -> Report:
-        """Run cycles while batches come back full, the time budget allows and ``stop`` is
-        unset (a warm shutdown sets it: the batches in hand are published and recorded).
+        """Claim, publish and record batches until a claim finds nothing, the time budget is
+        spent or ``stop`` is set (a warm shutdown: the batches in hand are published and
+        recorded). ``Report.drained`` tells the first case from the others.
 
-        Pipelined: while batch N is published (broker I/O, this thread), a database thread
+        Pipelined: while batch N is published (broker I/O, this thread), the database thread
         records batch N-1's outcomes and leases batch N+1 in one short transaction. No
         transaction is ever open across broker I/O; at most two batches are leased at once.
         """
         size = self.settings.batch_size
         budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self.clock() + budget
+
+        def going() -> bool:
+            return self.clock() < deadline and not (stop is not None and stop.is_set())
+
         total = Report()
-        held = self._claim(size)
-        if held is None:
-            total.add(Report(cycles=1))
-            return total
-        previous: _Outcome | None = None
+        batch = self._claim(size)
+        published: _Outcome | None = None  # published, its outcomes not yet recorded
         try:
-            while held is not None:
-                held = self._still_held(held, total)
-                if held is None:
+            while batch is not None:
+                batch = self._still_held(batch, total)
+                if batch is None:
                     break
-                more = (
-                    len(held.events) >= size
-                    and self.clock() < deadline
-                    and not (stop is not None and stop.is_set())
-                )
-                job = None
-                if previous is not None or more:
-                    job = self._db_thread().submit(self._record, previous, size if more else 0)
-                outcome = self._publish(held)
-                held = job.result() if job is not None else None
-                if previous is not None:
-                    total.add(previous.report)
-                previous = outcome
-                if outcome.unavailable and held is not None:
-                    # The broker is down: hand the batch claimed ahead back unpublished.
-                    handed_back = self._unpublished(held, outcome.error)
-                    held = None
-                    self._record(handed_back, next_limit=0)
-                    total.add(handed_back.report)
-            if previous is not None:
-                self._record(previous, next_limit=0)
-                total.add(previous.report)
-                previous = None
+                ahead = self._db_thread().submit(self._record, published, size if going() else 0)
+                outcome = self._publish(batch)
+                batch = ahead.result()
+                self._settle(published, total)
+                published = outcome
+                if outcome.unavailable:
+                    if batch is not None:  # the broker is down: give back the batch ahead
+                        handed_back, batch = self._unpublished(batch, outcome.error), None
+                        self._record(handed_back, next_limit=0)
+                        self._settle(handed_back, total)
+                    break
+                if batch is None and going():
+                    # The lease ahead found nothing, maybe only because the batch just
+                    # published still holds its keys: record it, then look again.
+                    batch = self._record(published, next_limit=size)
+                    self._settle(published, total)
+                    published = None
+                    total.drained = batch is None
+            if published is not None:
+                self._record(published, next_limit=0)
+                self._settle(published, total)
+                published = None
         finally:
-            for leftover in (previous, held):
+            for leftover in (published.batch if published else None, batch):
                 if leftover is not None:
-                    (leftover if isinstance(leftover, _Held) else leftover.held).keeper.stop()
+                    leftover.close()
+        if total.cycles == 0:  # the first claim found nothing (or the breaker is open)
+            total.cycles, total.drained = 1, True
         return total
 
     def close(self) -> None:
@@ -201,50 +260,63 @@ class Dispatcher:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-db")
         return self._executor
 
-    def _claim(self, limit: int) -> _Held | None:
+    @staticmethod
+    def _settle(outcome: _Outcome | None, total: Report) -> None:
+        if outcome is not None:
+            total.add(outcome.report)
+
+    def _claim(self, limit: int) -> Batch | None:
         if not self.breaker.allows(self.clock()):
             return None
         events = self.store.claim(self.worker_id, limit, self.settings.lease_seconds)
         return self._hold(events)
 
-    def _hold(self, events: list[ClaimedEvent]) -> _Held | None:
+    def _hold(self, events: list[ClaimedEvent]) -> Batch | None:
         if not events:
             return None
         keeper = LeaseKeeper(self.store, self.worker_id, events, self.settings.lease_seconds)
-        return _Held(events, keeper.start(), self.clock())
+        return Batch(events, keeper.start(), self.clock())
 
-    def _still_held(self, held: _Held, report: Report) -> _Held | None:
+    def _still_held(self, batch: Batch, report: Report) -> Batch | None:
         """A batch that waited half a lease or more (its worker was paused, say) may have been
         reclaimed meanwhile: keep only the rows this worker still holds, so it never publishes
-        a row another worker owns. Costs nothing for a batch that did not wait."""
-        if (
-            self.clock() - held.claimed_at
-            < self.settings.lease_seconds * timing.RECHECK_SHARE_OF_LEASE
-        ):
-            return held
+        a row another worker owns. A key that lost a row is given up whole: another worker
+        took its head, and the rows kept here come after it. Costs nothing for a batch that
+        did not wait."""
+        waited = self.clock() - batch.claimed_at
+        if waited < self.settings.lease_seconds * timing.RECHECK_SHARE_OF_LEASE:
+            return batch
         s = self.settings
-        if self.store.renew(self.worker_id, held.events, s.lease_seconds) == len(held.events):
-            return held
-        kept = self.store.still_held(self.worker_id, held.events)
-        report.lost += len(held.events) - len(kept)
+        if self.store.renew(self.worker_id, batch.events, s.lease_seconds) == len(batch.events):
+            return batch
+        kept = self.store.still_held(self.worker_id, batch.events)
+        report.lost += len(batch.events) - len(kept)
         log.warning(
             "lease lost on %d of %d rows before publishing: another worker reclaimed them",
-            len(held.events) - len(kept),
-            len(held.events),
+            len(batch.events) - len(kept),
+            len(batch.events),
         )
+        kept_ids = {e.id for e in kept}
+        broken = {e.ordering_key for e in batch.events if e.seq is not None} & {
+            e.ordering_key for e in batch.events if e.id not in kept_ids
+        }
+        given_up = [e for e in kept if e.seq is not None and e.ordering_key in broken]
+        if given_up:
+            report.released += self.store.release(self.worker_id, given_up, 0.0, BEHIND_A_FAILURE)
+            kept = [e for e in kept if e not in given_up]
         if not kept:
-            held.keeper.stop()
+            batch.close()
             return None
-        return _Held(kept, held.keeper, self.clock())
+        return Batch(kept, batch.keeper, self.clock())
 
-    def _publish(self, held: _Held) -> _Outcome:
+    def _publish(self, batch: Batch) -> _Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
-        events = held.events
-        report = Report(
-            cycles=1, claimed=len(events), last_batch_full=len(events) >= self.settings.batch_size
+        report = Report(cycles=1, claimed=len(batch.events))
+        result = self.publisher.publish(batch.events)
+        behind = hold_back_after_failures(result)
+        outcome = _Outcome(
+            batch, report, sent=result.confirmed, unavailable=result.unavailable, behind=behind
         )
-        result = self.publisher.publish(events)
-        outcome = _Outcome(held, report, sent=result.confirmed, unavailable=result.unavailable)
         for event, error in result.rejected:
             decision = self.retry.after_failure(event, error, self.rng)
             if isinstance(decision, Buried):
@@ -260,64 +332,69 @@ class Dispatcher:
             self.breaker.record_success()
         return outcome
 
-    def _unpublished(self, held: _Held, error: str | None) -> _Outcome:
+    def _unpublished(self, batch: Batch, error: str | None) -> _Outcome:
         delay = self.breaker.remaining(self.clock())
-        report = Report(claimed=len(held.events))
-        return _Outcome(held, report, unavailable=list(held.events), error=error, delay=delay)
+        report = Report(claimed=len(batch.events))
+        return _Outcome(batch, report, unavailable=list(batch.events), error=error, delay=delay)
 
-    def _record(self, outcome: _Outcome | None, next_limit: int) -> _Held | None:
+    def _record(self, outcome: _Outcome | None, next_limit: int) -> Batch | None:
         """Record ``outcome`` (if any) and lease up to ``next_limit`` more rows, in one
-        transaction; retried within half a lease, since the broker already has the messages."""
-        deadline = self.clock() + self.settings.lease_seconds * timing.RECORD_RETRY_SHARE_OF_LEASE
-        delay = timing.RECORD_RETRY_FIRST_SECONDS
-        sent = outcome.sent if outcome else []
-        rescheduled = outcome.rescheduled if outcome else []
-        buried = outcome.buried if outcome else []
+        transaction, then stop the outcome's lease keeper; retried within half a lease, since
+        the broker already has the messages."""
+        if outcome is None and not next_limit:
+            return None
         try:
-            while True:
-                try:
-                    if next_limit:
-                        done, events = self.store.complete_and_claim(
-                            self.worker_id,
-                            sent=sent,
-                            rescheduled=rescheduled,
-                            buried=buried,
-                            limit=next_limit,
-                            lease_seconds=self.settings.lease_seconds,
-                        )
-                    else:
-                        done = self.store.complete(
-                            self.worker_id, sent=sent, rescheduled=rescheduled, buried=buried
-                        )
-                        events = []
-                    break
-                except StoreError as exc:
-                    if not exc.retryable or self.clock() + delay > deadline:
-                        raise
-                    log.warning("recording outcomes failed, retrying in %.2fs: %s", delay, exc)
-                    time.sleep(delay)
-                    delay = min(delay * 2, timing.RECORD_RETRY_MAX_SECONDS)
+            done, events = self._retrying(lambda: self._complete(outcome, next_limit))
             if outcome is not None:
                 self._account(outcome, done)
         finally:
             if outcome is not None:
-                outcome.held.keeper.stop()
+                outcome.batch.close()
         return self._hold(events)
 
-    def _account(self, outcome: _Outcome, done: Completed) -> None:
+    def _complete(
+        self, outcome: _Outcome | None, next_limit: int
+    ) -> tuple[Completed, list[ClaimedEvent]]:
+        verdicts: dict[str, Any] = {}
+        if outcome is not None:
+            verdicts = {
+                "sent": outcome.sent,
+                "rescheduled": outcome.rescheduled,
+                "buried": outcome.buried,
+                "released": outcome.released(),
+            }
+        if not next_limit:
+            return self.store.complete(self.worker_id, **verdicts), []
+        return self.store.complete_and_claim(
+            self.worker_id, **verdicts, limit=next_limit, lease_seconds=self.settings.lease_seconds
+        )
+
+    def _retrying(
+        self, attempt: Callable[[], tuple[Completed, list[ClaimedEvent]]]
+    ) -> tuple[Completed, list[ClaimedEvent]]:
+        deadline = self.clock() + self.settings.lease_seconds * timing.RECORD_RETRY_SHARE_OF_LEASE
+        delay = timing.RECORD_RETRY_FIRST_SECONDS
+        while True:
+            try:
+                return attempt()
+            except StoreError as exc:
+                if not exc.retryable or self.clock() + delay > deadline:
+                    raise
+                log.warning("recording outcomes failed, retrying in %.2fs: %s", delay, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, timing.RECORD_RETRY_MAX_SECONDS)
+
+    @staticmethod
+    def _account(outcome: _Outcome, done: Completed) -> None:
         report = outcome.report
         report.sent, report.rescheduled, report.buried = done.sent, done.rescheduled, done.buried
-        report.lost = done.lost
-        if outcome.unavailable:
-            report.released = self.store.release(
-                self.worker_id, outcome.unavailable, outcome.delay, outcome.error or ""
-            )
-            report.lost += len(outcome.unavailable) - report.released
+        report.released, report.lost = done.released, done.lost
         if report.lost:
             log.warning("lease lost on %d rows: another worker reclaimed them", report.lost)
 
     def loop(self, stop: threading.Event, *, idle_seconds: float | None = None) -> Report:
-        """Drain until ``stop`` is set, resting ``idle_seconds`` when the outbox is empty."""
+        """Drain until ``stop`` is set, resting ``idle_seconds`` when a drain found nothing
+        claimable left (never merely because a batch came back short)."""
         idle = self.settings.tick_seconds if idle_seconds is None else idle_seconds
         total = Report()
         db_backoff = timing.DATABASE_RETRY_FIRST_SECONDS
@@ -335,6 +412,6 @@ class Dispatcher:
             total.add(report)
             if report.broker_error:
                 stop.wait(max(self.breaker.remaining(self.clock()), timing.BROKER_REST_MIN_SECONDS))
-            elif not report.last_batch_full:
+            elif report.drained:
                 stop.wait(idle)
         return total

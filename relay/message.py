@@ -11,7 +11,9 @@ from relay.records import ClaimedEvent
 CONTENT_TYPE = "application/json"
 CONTENT_ENCODING = "utf-8"
 #: Header names the relay sets; enqueue() refuses them in the caller's headers.
-RESERVED_HEADERS = frozenset({"outbox_id", "event_type", "attempt", "created_at"})
+RESERVED_HEADERS = frozenset(
+    {"outbox_id", "event_type", "attempt", "created_at", "ordering_key", "ordering_seq"}
+)
 PERSISTENT = 2
 
 
@@ -51,6 +53,10 @@ def build(event: ClaimedEvent) -> OutgoingMessage:
         attempt=event.attempt,
         created_at=event.created_at.isoformat(),
     )
+    if event.seq is not None:
+        # A consumer that applies a key's messages only at ordering_seq == last applied + 1
+        # sees each key in commit order even across redeliveries (docs/ordering.md).
+        headers.update(ordering_key=event.ordering_key, ordering_seq=event.seq)
     return OutgoingMessage(
         outbox_id=event.id,
         routing_key=event.event_type,

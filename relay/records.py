@@ -108,5 +108,8 @@ class PublishResult:
     rejected: list[tuple[ClaimedEvent, str]] = field(default_factory=list)
     #: The broker could not be reached: not the events' fault, their attempt is given back.
     unavailable: list[ClaimedEvent] = field(default_factory=list)
+    #: Not published because an earlier row of their key failed in this batch: given back
+    #: without spending an attempt, so that nothing overtakes the failed row.
+    withheld: list[ClaimedEvent] = field(default_factory=list)
     #: Why the broker was unavailable (a :class:`~relay.exceptions.BrokerUnavailable`, as a rule).
     error: PublishError | None = None

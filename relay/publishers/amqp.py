@@ -46,11 +46,17 @@ class AmqpPublisher(KombuPublisher):
         assert conn is not None
         self._pending.clear()
         self._acked, self._nacked, self._returned = [], [], {}
+        stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
         for event in events:
+            if event.seq is not None and event.ordering_key in stopped:
+                result.withheld.append(event)
+                continue
             try:
                 self._send(channel, message.build(event))
             except PublishError as exc:
                 result.rejected.append((event, str(exc)))
+                if event.seq is not None:
+                    stopped.add(event.ordering_key)
                 continue
             self._pending[self._next_tag] = event
             self._next_tag += 1

@@ -101,6 +101,7 @@ class KombuPublisher:
                 self.close()
                 result.error = exc
                 done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
+                done |= {e.id for e in result.withheld}
                 todo = [e for e in todo if e.id not in done]
                 if not exc.retryable:
                     break

@@ -33,7 +33,11 @@ class VirtualPublisher(KombuPublisher):
         kind = channel.typeof(name)
         routes: dict[str, list[str]] = {}
         ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
+        stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
         for event in events:
+            if event.seq is not None and event.ordering_key in stopped:
+                result.withheld.append(event)
+                continue
             msg = message.build(event)
             queues = routes.get(msg.routing_key)
             if queues is None:
@@ -45,6 +49,8 @@ class VirtualPublisher(KombuPublisher):
                 ready.append((event, msg, queues))
             else:
                 result.rejected.append((event, unroutable(msg.routing_key, name)))
+                if event.seq is not None:
+                    stopped.add(event.ordering_key)
         if self._conn.transport_cls in _REDIS_TRANSPORTS:
             _push_redis(channel, exchange, ready, result)
             return
