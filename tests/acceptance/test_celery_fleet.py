@@ -11,14 +11,8 @@ import sqlalchemy as sa
 
 from tests.support import services
 from tests.support.broker import Collector
-from tests.support.celery_fleet import (
-    counts,
-    fleet,
-    insert_rows,
-    relay_env,
-    unique_queue,
-    wait_until,
-)
+from tests.support.celery_fleet import counts, fleet, insert_rows, unique_queue
+from tests.support.env import relay_env, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,14 +12,8 @@ from relay.celery import CLAIM_AND_DISPATCH, PURGE_SENT, create_app
 from relay.config import Settings
 from relay.schema import outbox
 from tests.support.broker import Collector
-from tests.support.celery_fleet import (
-    counts,
-    fleet,
-    insert_rows,
-    relay_env,
-    unique_queue,
-    wait_until,
-)
+from tests.support.celery_fleet import counts, fleet, insert_rows, unique_queue
+from tests.support.env import relay_env, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

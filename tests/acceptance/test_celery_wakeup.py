@@ -16,7 +16,8 @@ from relay import producer
 from relay.celery import create_app
 from relay.config import Settings
 from tests.support.broker import Collector
-from tests.support.celery_fleet import fleet, relay_env, unique_queue, wait_until
+from tests.support.celery_fleet import fleet, unique_queue
+from tests.support.env import relay_env, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -11,16 +11,16 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support.broker import Collector
+from tests.support.env import wait_until
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     Fleet,
     SteadyProducer,
     audit_delivery,
     drained,
+    fleet_env,
     ids_with_status,
-    relay_env,
     report,
-    wait_until,
 )
 from tests.support.proxy import TcpProxy, running_proxy
 
@@ -48,7 +48,7 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
     tmp_path: Path,
 ) -> None:
     """Two outages of 4 s mid-drain, MAX_ATTEMPTS=3: nothing failed, nothing sent unconfirmed."""
-    env = relay_env(
+    env = fleet_env(
         pg_url,
         proxy.url_for(amqp_url),
         exchange_name,
@@ -121,7 +121,7 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
 ) -> None:
     """The broker stops answering (no confirm, no error) for 6 s mid-drain: with
     RELAY_MAX_ATTEMPTS=1 any attempt spent on the outage would bury a row; none is buried."""
-    env = relay_env(
+    env = fleet_env(
         pg_url,
         proxy.url_for(amqp_url),
         exchange_name,

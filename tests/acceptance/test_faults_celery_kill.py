@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from tests.support import celery_fleet
 from tests.support.broker import Collector
+from tests.support.env import relay_env, wait_until
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     audit_delivery,
@@ -18,7 +19,6 @@ from tests.support.fleet import (
     enqueue_committed,
     holders,
     report,
-    wait_until,
 )
 
 BATCH = 100
@@ -38,7 +38,7 @@ def test_sigkilled_celery_workers_lose_nothing_and_the_fleet_recovers_their_rows
     """Two of four `celery -A relay worker` processes are SIGKILLed while holding a batch: every
     committed event is delivered by the others after the lease, none is left processing, and
     duplicates stay within kills x 2 x batch."""
-    env = celery_fleet.relay_env(
+    env = relay_env(
         database_url=pg_url,
         broker_url=amqp_url,
         exchange=exchange_name,

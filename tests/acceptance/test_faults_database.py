@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from tests.support import databases, services
 from tests.support.broker import Collector
+from tests.support.env import wait_until
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     Fleet,
@@ -19,10 +20,9 @@ from tests.support.fleet import (
     audit_delivery,
     drained,
     enqueue_committed,
+    fleet_env,
     ids_with_status,
-    relay_env,
     report,
-    wait_until,
 )
 
 BATCH = 100
@@ -58,7 +58,7 @@ def test_terminated_database_sessions_reconnect_and_lose_nothing(
     """pg_terminate_backend on every fleet session, every 0.3 s for 6 s: all delivered."""
     admin = sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     database = str(sa.make_url(pg_url).database)
-    env = relay_env(pg_url, amqp_url, exchange_name, batch_size=BATCH)
+    env = fleet_env(pg_url, amqp_url, exchange_name, batch_size=BATCH)
     fleet = Fleet(env, tmp_path)
     producer = SteadyProducer(engine, total=6000, seconds=6.0)
     rounds = terminated = 0
@@ -128,7 +128,7 @@ def test_database_restart_mid_drain_workers_reconnect_and_lose_nothing(
 ) -> None:
     """PostgreSQL restarted while the fleet drains: workers survive, reconnect, deliver all."""
     ids = enqueue_committed(engine, 12_000)
-    env = relay_env(pg_url, amqp_url, exchange_name, batch_size=RESTART_BATCH)
+    env = fleet_env(pg_url, amqp_url, exchange_name, batch_size=RESTART_BATCH)
     fleet = Fleet(env, tmp_path)
     try:
         fleet.start(WORKERS)

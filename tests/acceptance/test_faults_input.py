@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 import relay
 from relay.schema import outbox
 from tests.support.broker import Collector
-from tests.support.fleet import RELAY_BIN, relay_env, statuses
+from tests.support.fleet import RELAY_BIN, fleet_env, statuses
 from tests.unit.test_config import BAD_VALUES
 
 SECRET = "hunter2-s3cr3t"
@@ -46,7 +46,7 @@ def test_relay_status_refuses_each_bad_variable_with_exit_code_2(
 
 def test_malformed_database_url_is_a_config_error_without_the_password(tmp_path: Path) -> None:
     """A URL that does not parse (bad port) exits 2 naming the variable, password redacted."""
-    env = relay_env(f"postgresql://u:{SECRET}@db:port/app", "memory://", "outbox")
+    env = fleet_env(f"postgresql://u:{SECRET}@db:port/app", "memory://", "outbox")
     done = _relay("status", env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "RELAY_DATABASE_URL" in done.stderr
@@ -96,7 +96,7 @@ def test_hostile_event_types_and_headers_are_stored_and_published_verbatim(
         assert row.headers == {text: text, "tenant": text}
 
     done = _relay(
-        "dispatch", "--once", env=relay_env(pg_url, amqp_url, exchange_name), cwd=tmp_path
+        "dispatch", "--once", env=fleet_env(pg_url, amqp_url, exchange_name), cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert statuses(engine) == {"sent": len(HOSTILE)}
@@ -136,7 +136,7 @@ def test_row_the_broker_cannot_encode_fails_alone_and_never_kills_the_relay(
             sa.insert(outbox),
             [{"event_type": "good", "payload": {"n": i}} for i in range(50, 100)],
         )
-    env = relay_env(pg_url, amqp_url, exchange_name, max_attempts=2, backoff_base_seconds=0.05)
+    env = fleet_env(pg_url, amqp_url, exchange_name, max_attempts=2, backoff_base_seconds=0.05)
     done = _relay("dispatch", "--once", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
@@ -165,7 +165,7 @@ def test_credentials_in_urls_never_reach_the_output(
         relay.enqueue(session, "secret.test", {"n": 1})
     outputs = []
     for db, broker in ((bad_db, amqp_url), (pg_url, bad_broker)):
-        env = relay_env(db, broker, "relay.secret.test")
+        env = fleet_env(db, broker, "relay.secret.test")
         done = _relay(*verbose, "dispatch", "--once", env=env, cwd=tmp_path)
         outputs.append(done.stdout + done.stderr)
         assert "Traceback" not in done.stderr, done.stderr

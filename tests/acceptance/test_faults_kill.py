@@ -10,17 +10,17 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support.broker import Collector
+from tests.support.env import wait_until
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     Fleet,
     SteadyProducer,
     audit_delivery,
     drained,
+    fleet_env,
     holders,
-    relay_env,
     report,
     statuses,
-    wait_until,
 )
 
 BATCH = 100
@@ -39,7 +39,7 @@ def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_
     """Workers killed holding a batch: others reclaim after the lease; duplicates at most the
     batches each victim had in flight."""
     fleet = Fleet(
-        relay_env(pg_url, amqp_url, exchange_name, batch_size=BATCH, lease_seconds=LEASE),
+        fleet_env(pg_url, amqp_url, exchange_name, batch_size=BATCH, lease_seconds=LEASE),
         tmp_path,
     )
     producer = SteadyProducer(engine, total=6000, seconds=8.0)
@@ -99,7 +99,7 @@ def test_sigterm_finishes_the_batch_in_flight(
     from tests.support.fleet import enqueue_committed
 
     ids = enqueue_committed(engine, 3000)
-    fleet = Fleet(relay_env(pg_url, amqp_url, exchange_name, batch_size=BATCH), tmp_path)
+    fleet = Fleet(fleet_env(pg_url, amqp_url, exchange_name, batch_size=BATCH), tmp_path)
     try:
         (worker,) = fleet.start(1)
         wait_until(lambda: worker.pid in holders(engine), 30, "the worker to hold a batch")

@@ -12,17 +12,17 @@ import sqlalchemy as sa
 
 from relay.schema import outbox
 from tests.support.broker import Collector
+from tests.support.env import wait_until
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
     Fleet,
     Worker,
     audit_delivery,
     enqueue_committed,
+    fleet_env,
     holders,
-    relay_env,
     report,
     statuses,
-    wait_until,
 )
 
 BATCH = 100
@@ -98,7 +98,7 @@ def test_paused_worker_is_fenced_out_its_rows_go_to_others_and_it_rejoins(
     """Paused past its lease: others deliver its rows; on resume it logs "lease lost", changes
     nothing, then works normally; duplicates <= its batches in flight."""
     ids = enqueue_committed(engine, 6000)
-    env = relay_env(
+    env = fleet_env(
         pg_url,
         amqp_url,
         exchange_name,

@@ -11,14 +11,14 @@ import sqlalchemy as sa
 
 from relay.schema import outbox
 from tests.support.broker import Collector
+from tests.support.env import wait_until
 from tests.support.fleet import (
     Fleet,
     audit_delivery,
     enqueue_committed,
+    fleet_env,
     ids_with_status,
-    relay_env,
     report,
-    wait_until,
 )
 
 GOOD = 4000
@@ -53,7 +53,7 @@ def test_poison_events_fail_after_their_attempts_and_never_delay_the_good_ones(
 ) -> None:
     """10% unroutable events: each ends failed with its error after MAX_ATTEMPTS; the good
     events drain in about the time they take with no poison at all."""
-    env = relay_env(
+    env = fleet_env(
         pg_url,
         amqp_url,
         exchange_name,

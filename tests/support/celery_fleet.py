@@ -11,9 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -22,28 +21,11 @@ import kombu
 import sqlalchemy as sa
 
 from relay.schema import outbox
+from tests.support.env import wait_until
 
 CELERY_BIN = str(Path(sys.executable).with_name("celery"))
 #: Runs from here so `-A relay` imports this checkout and `./celeryconfig.py` is on the path.
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> float:
-    """Poll ``predicate`` until truthy; returns the seconds it took; fails after ``timeout``."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
-def relay_env(**settings: object) -> dict[str, str]:
-    """This environment without any inherited ``RELAY_*``, plus ``settings`` as ``RELAY_<KEY>``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env.update({f"RELAY_{k.upper()}": str(v) for k, v in settings.items() if v is not None})
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def unique_queue() -> str:

@@ -8,7 +8,6 @@ was delivered, none lost, none left ``processing``, duplicates within a bound.
 from __future__ import annotations
 
 import collections
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from sqlalchemy.orm import Session
 import relay
 from relay.schema import outbox
 from tests.support.broker import Collector
+from tests.support.env import relay_env
 
 RELAY_BIN = str(Path(sys.executable).with_name("relay"))
 
@@ -34,38 +34,26 @@ RELAY_BIN = str(Path(sys.executable).with_name("relay"))
 IN_FLIGHT_BATCHES = 2
 
 
-def wait_until(
-    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
-) -> float:
-    """Poll ``predicate`` until truthy; returns the seconds it took, fails after ``timeout``."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - start
+#: Fast leases, backoffs and polling, suited to tests.
+TEST_SETTINGS: dict[str, object] = {
+    "batch_size": 100,
+    "lease_seconds": 3,
+    "confirm_timeout_seconds": 2,
+    "max_attempts": 5,
+    "backoff_base_seconds": 0.1,
+    "backoff_max_seconds": 1,
+    "tick_seconds": 0.1,
+}
 
 
-def relay_env(
+def fleet_env(
     database_url: str, broker_url: str, exchange: str, **overrides: object
 ) -> dict[str, str]:
-    """The environment of a relay process: fast leases and backoffs suited to tests."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    settings: dict[str, object] = {
-        "DATABASE_URL": database_url,
-        "BROKER_URL": broker_url,
-        "EXCHANGE": exchange,
-        "BATCH_SIZE": 100,
-        "LEASE_SECONDS": 3,
-        "CONFIRM_TIMEOUT_SECONDS": 2,
-        "MAX_ATTEMPTS": 5,
-        "BACKOFF_BASE_SECONDS": 0.1,
-        "BACKOFF_MAX_SECONDS": 1,
-        "TICK_SECONDS": 0.1,
-    }
-    settings.update({k.upper(): v for k, v in overrides.items()})
-    env.update({f"RELAY_{k}": str(v) for k, v in settings.items()})
-    return env
+    """The environment of a relay process: :data:`TEST_SETTINGS` unless overridden."""
+    settings = {**TEST_SETTINGS, **{k.lower(): v for k, v in overrides.items()}}
+    return relay_env(
+        database_url=database_url, broker_url=broker_url, exchange=exchange, **settings
+    )
 
 
 @dataclass
