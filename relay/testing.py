@@ -35,7 +35,11 @@ class InMemoryPublisher:
             result.unavailable.extend(events)
             result.error = BrokerUnavailable("broker unavailable: simulated outage")
             return result
+        stopped: set[str | None] = set()  # as the real publishers: a key's run stops there
         for event in events:
+            if event.seq is not None and event.ordering_key in stopped:
+                result.withheld.append(event)
+                continue
             if event.event_type in self.unroutable:
                 result.rejected.append((event, f"unroutable: {event.event_type!r}"))
             elif self.reject_times > 0:
@@ -44,6 +48,9 @@ class InMemoryPublisher:
             else:
                 self.messages.append(message.build(event))
                 result.confirmed.append(event)
+                continue
+            if event.seq is not None:
+                stopped.add(event.ordering_key)
         return result
 
     def close(self) -> None:

@@ -1,0 +1,190 @@
+"""Ordered runs on every database: the fence at enqueue, runs per key, and what a failure in the
+middle of a run does when confirms are awaited per batch."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+import relay
+from relay.config import Settings
+from relay.dispatcher import Dispatcher
+from relay.records import ClaimedEvent, PublishResult
+from relay.schema import outbox, outbox_progress
+from relay.store import Store
+from relay.testing import InMemoryPublisher
+from tests.support.rows import enqueue_many, make_due, rows
+
+
+@dataclass
+class _NackOnce:
+    """Confirms a whole batch except one row, nacked once: confirms awaited per batch mean the
+    rows after it were already accepted by the broker when the nack arrives."""
+
+    nack_seq: int
+    published: list[tuple[int | None, int]] = field(default_factory=list)
+    nacked: bool = False
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        result = PublishResult()
+        for event in events:
+            assert event.seq is not None
+            self.published.append((event.seq, event.attempt))
+            if event.seq == self.nack_seq and not self.nacked:
+                self.nacked = True
+                result.rejected.append((event, "simulated nack"))
+            else:
+                result.confirmed.append(event)
+        return result
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(engine: sa.Engine, key: str) -> int:
+    with engine.connect() as conn:
+        query = sa.select(outbox_progress.c.sent_seq).where(outbox_progress.c.ordering_key == key)
+        return int(conn.execute(query).scalar_one())
+
+
+def test_enqueue_numbers_each_key_from_one_and_leaves_unkeyed_rows_unnumbered(
+    engine: sa.Engine,
+) -> None:
+    """Keyed rows get 1, 2, ... per key; unkeyed rows and rolled-back numbers leave no trace."""
+    with Session(engine) as session, session.begin():
+        relay.enqueue(session, "e", {}, ordering_key="a")
+    with Session(engine) as session:
+        session.begin()
+        relay.enqueue(session, "e", {}, ordering_key="a")
+        session.rollback()
+    enqueue_many(engine, 2, ordering_key="a")
+    enqueue_many(engine, 1, ordering_key="b")
+    enqueue_many(engine, 1)
+    got = sorted((r["ordering_key"] or "", r["seq"] or 0) for r in rows(engine).values())
+    assert got == [("", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 1)]
+
+
+def test_a_claim_leases_a_hot_key_run_up_to_the_batch_size(store: Store, engine: sa.Engine) -> None:
+    """One key's backlog comes out as one run in sequence order, at most ``limit`` rows."""
+    enqueue_many(engine, 30, ordering_key="hot")
+    run = store.claim("w", 25, lease_seconds=60)
+    assert [e.seq for e in run] == list(range(1, 26))
+    assert store.claim("w2", 25, lease_seconds=60) == [], "the key is held by the run"
+    assert store.mark_sent("w", run) == 25
+    assert _progress(engine, "hot") == 25
+    assert [e.seq for e in store.claim("w2", 25, lease_seconds=60)] == list(range(26, 31))
+
+
+def test_a_run_stops_at_a_number_that_is_not_committed_yet(engine: sa.Engine) -> None:
+    """A key's rows after a number held by an open transaction are not claimable, and neither
+    is anything after it, until that transaction commits (the commit-order fence)."""
+    store = Store(engine)
+    enqueue_many(engine, 1, ordering_key="k")
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer: an open enqueue blocks every other transaction")
+    first = engine.connect()
+    tx = first.begin()
+    relay.enqueue(first, "e", {"n": "slow"}, ordering_key="k")  # takes number 2, stays open
+    later = threading.Thread(target=enqueue_many, args=(engine, 1), kwargs={"ordering_key": "k"})
+    later.start()  # waits on key k's sequence row until the first transaction ends
+    (head,) = store.claim("w", 100, lease_seconds=60)
+    assert head.seq == 1
+    store.mark_sent("w", [head])
+    assert store.claim("w", 100, lease_seconds=60) == [], "number 2 is not committed yet"
+    tx.commit()
+    first.close()
+    later.join(timeout=30)
+    assert [e.seq for e in store.claim("w", 100, lease_seconds=60)] == [2, 3]
+
+
+def test_a_nack_mid_run_marks_the_rows_before_it_and_gives_back_the_rest(
+    engine: sa.Engine, settings: Settings
+) -> None:
+    """Confirms per batch: row 5 of 10 is nacked after rows 6-10 were accepted. Rows 1-4 are
+    sent; row 5 is rescheduled (one attempt spent); rows 6-10 are given back without spending
+    an attempt and published again after row 5, in order (duplicates, never reordering)."""
+    store = Store(engine)
+    ids = enqueue_many(engine, 10, ordering_key="k")
+    publisher = _NackOnce(nack_seq=5)
+    dispatcher = Dispatcher(store, publisher, settings)
+    first = dispatcher.run_once()
+    assert (first.sent, first.rescheduled, first.released) == (4, 1, 5)
+    got = rows(engine, *ids)
+    assert [got[i]["status"] for i in ids] == ["sent"] * 4 + ["pending"] * 6
+    assert [got[i]["attempt"] for i in ids[4:]] == [1] + [0] * 5
+    assert _progress(engine, "k") == 4
+    make_due(engine)
+    dispatcher.drain()
+    dispatcher.close()
+    assert publisher.published[10:] == [(5, 2), *((s, 1) for s in range(6, 11))]
+    assert _progress(engine, "k") == 10
+
+
+def test_unroutable_row_holds_its_key_and_the_rest_of_the_run_is_withheld(
+    engine: sa.Engine, settings: Settings
+) -> None:
+    """A row refused before it is sent stops its key's run in that batch: the rows after it are
+    not published at all; unkeyed rows and other keys go on."""
+    store = Store(engine)
+    enqueue_many(engine, 2, ordering_key="k")
+    (poison,) = enqueue_many(engine, 1, event_type="poison", ordering_key="k")
+    enqueue_many(engine, 2, ordering_key="k")
+    other = enqueue_many(engine, 3, ordering_key="other")
+    publisher = InMemoryPublisher(unroutable={"poison"})
+    report = Dispatcher(store, publisher, settings).run_once()
+    published = [
+        (m.headers.get("ordering_key"), m.headers.get("ordering_seq")) for m in publisher.messages
+    ]
+    assert published == [("k", 1), ("k", 2), ("other", 1), ("other", 2), ("other", 3)]
+    assert (report.rescheduled, report.sent) == (1, 5)
+    assert rows(engine, poison)[poison]["status"] == "pending"
+    assert all(r["status"] == "sent" for r in rows(engine, *other).values())
+
+
+def test_plain_sql_keyed_row_without_a_number_is_relayed_unordered(
+    store: Store, engine: sa.Engine
+) -> None:
+    """A keyed row written by plain SQL without ``seq`` (or before the migration) is valid and
+    relayed, outside its key's order."""
+    enqueue_many(engine, 1, ordering_key="k")
+    with engine.begin() as conn:
+        conn.execute(sa.insert(outbox).values(event_type="legacy", payload={}, ordering_key="k"))
+    claimed = store.claim("w", 100, lease_seconds=60)
+    assert sorted((e.event_type, e.seq) for e in claimed) == [("legacy", None), ("test.event", 1)]
+
+
+def test_lock_keys_lets_crossing_multi_key_transactions_wait_instead_of_deadlocking(
+    engine: sa.Engine,
+) -> None:
+    """Two transactions enqueueing keys a, b in opposite orders both commit when each starts with
+    ``relay.lock_keys`` over all its keys."""
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer at a time: no row locks to deadlock on")
+    errors: list[BaseException] = []
+    first_holds_a = threading.Event()
+
+    def write(keys: list[str]) -> None:
+        try:
+            if keys[0] == "b":
+                assert first_holds_a.wait(timeout=30)
+            with Session(engine) as session, session.begin():
+                relay.lock_keys(session, keys)
+                relay.enqueue(session, "e", {}, ordering_key=keys[0])
+                first_holds_a.set()
+                relay.enqueue(session, "e", {}, ordering_key=keys[1])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in (["a", "b"], ["b", "a"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    got = sorted((r["ordering_key"], r["seq"]) for r in rows(engine).values())
+    assert got == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
