@@ -185,7 +185,7 @@ def test_a_poison_row_in_a_hot_key_run_holds_the_rest_until_retried(
 
     def buried() -> bool:
         with any_engine.connect() as conn:
-            return conn.execute(poison).one().status == "failed"
+            return bool(conn.execute(poison).one().status == "failed")
 
     wait_until(buried, timeout=60, what="the poison row to be dead-lettered")
     assert [m.body["n"] for m in collector.drain(19, timeout=1, settle=0.5)] == list(range(1, 20))
