@@ -36,7 +36,9 @@ class DeadLetters:
         confirm = getattr(channel, "basic_publish_confirm", None)
         if confirm is not None:
             channel.basic_publish = confirm
-        self.producer = kombu.Producer(channel, exchange="", routing_key=self.routing_key)
+        self.producer = kombu.Producer(
+            channel, exchange=kombu.Exchange(""), routing_key=self.routing_key
+        )
 
     def publish(self, message: Any, error: str, consumer: str, *, attempts: int) -> None:
         properties = getattr(message, "properties", {}) or {}
