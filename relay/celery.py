@@ -344,6 +344,7 @@ def on_event(
     exchange: str | None = None,
     max_attempts: int = 5,
     prefetch: int = DEFAULT_PREFETCH,
+    single_active_consumer: bool = False,
     inbox_retention_seconds: float = 30 * 86400,
 ) -> Callable[[Handler], Handler]:
     """Register ``def handler(connection, event)`` for events whose routing key matches
@@ -352,8 +353,10 @@ def on_event(
     Each event runs in one transaction on ``engine`` that also claims it in the inbox (as
     ``consumer``, default: the queue's name), and is acknowledged after the commit; see
     :mod:`relay.consumer` for retries and dead letters. ``exchange`` defaults to
-    ``RELAY_EXCHANGE``. The first call adds the consumer bootstep and a beat entry that purges
-    inbox rows older than ``inbox_retention_seconds``, hourly.
+    ``RELAY_EXCHANGE``. ``single_active_consumer`` (RabbitMQ) lets one worker at a time take
+    the queue, so events are handled in the order they were published. The first call adds the
+    consumer bootstep and a beat entry that purges inbox rows older than
+    ``inbox_retention_seconds``, hourly.
     """
     registry = _EVENT_QUEUES.get(app)
     if registry is None:
@@ -364,7 +367,11 @@ def on_event(
     handlers = registry.queues.get(queue)
     if handlers is None:
         handlers = registry.queues[queue] = QueueHandlers(
-            queue, engine, consumer=consumer or queue, max_attempts=max_attempts
+            queue,
+            engine,
+            consumer=consumer or queue,
+            max_attempts=max_attempts,
+            single_active_consumer=single_active_consumer,
         )
     elif handlers.engine is not engine:
         raise ValueError(f"queue {queue!r} already has handlers on another engine")

@@ -88,6 +88,9 @@ class QueueHandlers:
     max_attempts: int = 5
     backoff_base_seconds: float = 0.2
     backoff_max_seconds: float = 5.0
+    #: RabbitMQ's single active consumer: one consumer at a time gets the queue's messages, in
+    #: queue order, so a key's events are handled in the order the relay published them.
+    single_active_consumer: bool = False
     routes: list[tuple[str, Handler]] = field(default_factory=list)
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
@@ -108,7 +111,10 @@ class QueueHandlers:
         """The durable queue bound to ``exchange`` with every pattern, and its dead letters."""
         ex = kombu.Exchange(exchange, type="topic", durable=True)
         bindings = [kombu.binding(ex, routing_key=p) for p in self.patterns]
-        queue = kombu.Queue(self.queue, bindings=bindings, durable=True)(channel)
+        arguments = {"x-single-active-consumer": True} if self.single_active_consumer else None
+        queue = kombu.Queue(self.queue, bindings=bindings, durable=True, queue_arguments=arguments)(
+            channel
+        )
         queue.declare()
         kombu.Queue(dead_queue_name(self.queue), durable=True)(channel).declare()
         return queue

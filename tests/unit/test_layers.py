@@ -30,11 +30,16 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.dialects.postgresql", {"kombu", "celery", "amqp"}),
         ("relay.publishers", {"sqlalchemy", "celery", "kombu", "amqp", "redis"}),
         ("relay.publishers.amqp", {"sqlalchemy", "celery"}),
+        ("relay.publishers.frames", {"sqlalchemy", "celery", "kombu", "amqp"}),
+        ("relay.engine", {"kombu", "celery", "amqp"}),
         ("relay.publishers.virtual", {"sqlalchemy", "celery"}),
         ("relay.testing", {"sqlalchemy", "kombu", "celery"}),
         ("relay.transports", {"sqlalchemy", "celery"}),
         ("relay", {"celery", "kombu"}),
         ("relay.dispatcher", {"celery"}),
+        ("relay.inbox", {"kombu", "celery", "amqp"}),
+        ("relay.consumer", {"celery"}),
+        ("relay.deadletters", {"sqlalchemy", "celery"}),
     ],
 )
 def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) -> None:
