@@ -4,6 +4,12 @@ The channel is put in confirm mode and a whole batch is published before its con
 awaited; ``mandatory`` turns an unroutable message into a ``basic.return``. RabbitMQ confirms
 (or nacks) every message, routable or not, so a batch left without any confirm for
 ``confirm_timeout`` is the connection's or the broker's fault, never the events'.
+
+The batch's frames are encoded here (:mod:`relay.publishers.frames`) and written with one
+socket write; py-amqp, through Kombu, still opens the connection (and negotiates
+``frame_max``), declares the exchange, and reads the confirms and returns. A connection the
+broker blocks (a resource alarm) stops reading: the write or the confirms then wait, and the
+confirm timeout turns that into :class:`~relay.exceptions.BrokerUnavailable`.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import kombu
 
 from relay import message
 from relay.exceptions import BrokerUnavailable, PublishError
-from relay.publishers.base import KombuPublisher, describe, kombu_message, unroutable
+from relay.publishers.base import KombuPublisher, describe, unroutable
+from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult
 
-#: Raised while encoding one message (py-amqp's ``struct.error`` on a field over its size).
+#: Raised while encoding one message (``struct.error``: a short string over 255 bytes).
 _ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
 
 
@@ -33,6 +40,7 @@ class AmqpPublisher(KombuPublisher):
         self._acked: list[ClaimedEvent] = []
         self._nacked: list[ClaimedEvent] = []
         self._returned: dict[str, str] = {}
+        self._encoder: BatchEncoder | None = None
 
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
         channel.confirm_select()
@@ -40,26 +48,34 @@ class AmqpPublisher(KombuPublisher):
         channel.events["basic_nack"].add(self._on_nack)
         channel.events["basic_return"].add(self._on_return)
         self._next_tag = 1
+        amqp_conn: Any = conn.connection
+        self._encoder = BatchEncoder(channel.channel_id, self.exchange.name, amqp_conn.frame_max)
 
     def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
-        channel, conn = self._channel, self._conn
+        conn, encoder = self._conn, self._encoder
         assert conn is not None
+        assert encoder is not None
         self._pending.clear()
         self._acked, self._nacked, self._returned = [], [], {}
         stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
+        frames: list[bytes] = []
         for event in events:
             if event.seq is not None and event.ordering_key in stopped:
                 result.withheld.append(event)
                 continue
             try:
-                self._send(channel, message.build(event))
+                frames.append(_encode(encoder, event))
             except PublishError as exc:
+                # Nothing of this message was written: only this row (e.g. a header key over
+                # 255 bytes, written by plain SQL) is at fault, and it fails alone.
                 result.rejected.append((event, str(exc)))
                 if event.seq is not None:
                     stopped.add(event.ordering_key)
                 continue
             self._pending[self._next_tag] = event
             self._next_tag += 1
+        if frames:
+            self._write(b"".join(frames))
         deadline = time.monotonic() + self.confirm_timeout
         try:
             while self._pending:
@@ -80,17 +96,14 @@ class AmqpPublisher(KombuPublisher):
                 f"broker unavailable: no broker confirm within {self.confirm_timeout:g}s"
             )
 
-    def _send(self, channel: Any, msg: message.OutgoingMessage) -> None:
-        try:
-            amqp_msg = kombu_message(channel, msg)
-            channel.basic_publish(
-                amqp_msg, exchange=self.exchange.name, routing_key=msg.routing_key, mandatory=True
-            )
-        except _ENCODING_ERRORS as exc:
-            # py-amqp packs a whole frame before writing any of it, so the connection is
-            # intact: only this row (e.g. a header key over 255 bytes, written by plain SQL)
-            # is at fault, and it must fail alone instead of killing the relay.
-            raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc
+    def _write(self, data: bytes) -> None:
+        """One socket write through py-amqp's transport (which marks it broken on error)."""
+        assert self._conn is not None
+        amqp_conn: Any = self._conn.connection
+        if not self._channel.is_open:
+            raise BrokerUnavailable("broker unavailable: the channel was closed")
+        amqp_conn.transport.write(data)
+        amqp_conn.bytes_sent += 1  # py-amqp's heartbeat bookkeeping counts writes
 
     def _collect(self, result: PublishResult) -> None:
         for event in self._acked:
@@ -118,3 +131,10 @@ class AmqpPublisher(KombuPublisher):
     def _on_return(self, exc: Exception, exchange: str, routing_key: str, msg: Any) -> None:
         message_id = str(msg.properties.get("message_id"))
         self._returned[message_id] = f"{unroutable(routing_key, exchange)} ({exc})"
+
+
+def _encode(encoder: BatchEncoder, event: ClaimedEvent) -> bytes:
+    try:
+        return encoder.encode(message.build(event))
+    except _ENCODING_ERRORS as exc:
+        raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc

@@ -145,3 +145,21 @@ def test_publisher_reconnects_after_the_connection_is_closed(
         publisher.close()
     ids = {m.message_id for m in collector.drain(3, timeout=10)}
     assert ids == {"1", "2", "3"}
+
+
+def test_bodies_over_frame_max_arrive_whole_between_small_ones(
+    amqp_url: str, exchange_name: str, collector: Collector
+) -> None:
+    """A 600 kB payload (several frames at RabbitMQ's frame_max) and small ones in one batch:
+    all confirmed, each delivered intact."""
+    big = {"blob": "é" * 300_000}
+    events = [_event(1), _event(2, payload=big), _event(3)]
+    publisher = for_url(amqp_url, exchange_name)
+    try:
+        result = publisher.publish(events)
+    finally:
+        publisher.close()
+    assert sorted(e.id for e in result.confirmed) == [1, 2, 3]  # confirms may come out of order
+    received = collector.drain(3, timeout=20, settle=0.2)
+    assert [m.message_id for m in received] == ["1", "2", "3"]
+    assert received[1].body == big
