@@ -37,6 +37,8 @@ class AmqpPublisher(KombuPublisher):
         super().__init__(url, exchange, confirm_timeout=confirm_timeout)
         self._next_tag = 1
         self._pending: dict[int, ClaimedEvent] = {}
+        #: No tag below this is pending: a ``multiple`` confirm settles from here up.
+        self._floor = 1
         self._acked: list[ClaimedEvent] = []
         self._nacked: list[ClaimedEvent] = []
         self._returned: dict[str, str] = {}
@@ -56,6 +58,7 @@ class AmqpPublisher(KombuPublisher):
         assert conn is not None
         assert encoder is not None
         self._pending.clear()
+        self._floor = self._next_tag
         self._acked, self._nacked, self._returned = [], [], {}
         stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
         frames: list[bytes] = []
@@ -116,7 +119,13 @@ class AmqpPublisher(KombuPublisher):
         self._acked, self._nacked = [], []
 
     def _settle(self, delivery_tag: int, multiple: bool, into: list[ClaimedEvent]) -> None:
-        tags = [t for t in self._pending if t <= delivery_tag] if multiple else [delivery_tag]
+        # Tags are consecutive within a batch: a multiple confirm walks up from the floor, so a
+        # batch's confirms cost one step per message however they are grouped.
+        if multiple:
+            tags = range(self._floor, delivery_tag + 1)
+            self._floor = max(self._floor, delivery_tag + 1)
+        else:
+            tags = range(delivery_tag, delivery_tag + 1)
         for tag in tags:
             event = self._pending.pop(tag, None)
             if event is not None:

@@ -1,0 +1,213 @@
+"""The relay against raw Kombu, measured as issue 14 does: N processes each, in the same run,
+read from the growth of a bound queue's depth while no consumer runs.
+
+- Raw Kombu: ``processes`` publishers, each a Kombu channel in confirm mode publishing its
+  share of the relay's messages (built before the clock) with confirms awaited per 1,000
+  (:func:`bench.ceiling.kombu_windowed`). The clock starts when all are told to go.
+- The relay: as many ``relay dispatch --loop`` at the defaults (idle poll 50 ms); the clock
+  starts at the commit of ``events`` pending rows.
+- Optional baselines: ``relay dispatch --loop`` from another git revision's source
+  (``git archive`` into a temporary folder, first on ``PYTHONPATH``), same database.
+
+One connection polls the queue depth (passive ``queue_declare``) every 20 ms. ``rate`` is the
+growth from the first poll that saw messages to the one that saw all of them over the time
+between; ``rate_from_start`` is ``events`` over the time from the go signal or the commit. The
+modes take turns within each repetition, and only one mode's processes run at a time. Every
+run must leave exactly ``events`` messages in the queue.
+
+``python -m bench.versus [--events 20000] [--processes 4] [--reps 3] [--baseline REV ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import kombu
+import sqlalchemy as sa
+
+from bench import ceiling, fixtures, procs, rows, services
+from bench.drain import Workload, truncate
+from bench.stats import summarize
+from relay import message
+
+#: The confirm window of the raw publishers.
+WINDOW = 1000
+POLL_SECONDS = 0.02
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Depth:
+    """The queue's depth over one long-lived connection."""
+
+    def __init__(self, route: fixtures.Route) -> None:
+        self._conn = kombu.Connection(route.url)
+        self._channel: Any = self._conn.channel()
+        self._queue = route.queue_name
+
+    def __call__(self) -> int:
+        return int(self._channel.queue_declare(queue=self._queue, passive=True).message_count)
+
+    def close(self) -> None:
+        self._conn.release()
+
+
+def _watch(
+    depth: _Depth, events: int, started: float, running: Sequence[subprocess.Popen[bytes]]
+) -> dict[str, float]:
+    """Poll until the queue holds ``events`` messages; the rates (see the module doc)."""
+    first: tuple[float, int] | None = None
+    deadline = started + 300
+    while True:
+        seen, now = depth(), time.perf_counter()
+        if first is None and seen > 0:
+            first = (now, seen)
+        if seen >= events:
+            break
+        if now > deadline:
+            raise TimeoutError(f"queue held {seen} of {events} messages after 300 s")
+        if all(p.poll() is not None for p in running) and seen < events:
+            time.sleep(0.5)  # the last confirms are in; the depth follows at once
+            if depth() < events:
+                raise RuntimeError(f"every worker exited with {depth()} of {events} delivered")
+        time.sleep(POLL_SECONDS)
+    assert first is not None
+    growth = (events - first[1]) / (now - first[0]) if now > first[0] else float("nan")
+    return {"rate": growth, "rate_from_start": events / (now - started)}
+
+
+def _raw(route: fixtures.Route, depth: _Depth, events: int, processes: int) -> dict[str, float]:
+    share = events // processes
+    argv = [sys.executable, "-m", "bench.versus", "raw", route.url, route.exchange_name]
+    with contextlib.ExitStack() as stack:
+        running: list[subprocess.Popen[bytes]] = []
+        for i in range(processes):
+            count = share if i < processes - 1 else events - share * (processes - 1)
+            running += stack.enter_context(
+                procs.workers([*argv, str(count), str(i * share)], {}, 1, ready=procs.BENCH_READY)
+            )
+        started = time.perf_counter()
+        for p in running:
+            p.send_signal(signal.SIGUSR1)
+        rates = _watch(depth, events, started, running)
+        for p in running:
+            if p.wait(timeout=60) != 0:
+                raise procs.WorkerFailed(f"raw publisher exited with {p.returncode}")
+    return rates
+
+
+def _relay(work: Workload, engine: sa.Engine, depth: _Depth, events: int) -> dict[str, float]:
+    with procs.workers(procs.relay_command(), work.env(), work.processes, ready=work.ready) as w:
+        time.sleep(0.3)  # every worker has finished its first, empty claim
+        rows.insert_pending(engine, events)
+        started = time.perf_counter()
+        rates = _watch(depth, events, started, w)
+        if rows.unfinished(engine):
+            time.sleep(0.5)  # the last outcomes are recorded after the confirms
+    return rates
+
+
+@contextlib.contextmanager
+def _source_of(revision: str) -> Iterator[str]:
+    """The ``relay`` package of git ``revision``, unpacked in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="relay-rev-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", revision, "relay"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield tmp
+
+
+def run(
+    amqp_url: str, events: int, reps: int, processes: int, baselines: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Every mode ``reps`` times, taking turns; rates in msg/s and relay/raw ratios per rep."""
+    runs: dict[str, list[dict[str, float]]] = {"raw_kombu": [], "relay": []}
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(fixtures.database("versus"))
+        route = stack.enter_context(fixtures.route(amqp_url, "versus"))
+        engine = sa.create_engine(url)
+        stack.callback(engine.dispose)
+        depth = _Depth(route)
+        stack.callback(depth.close)
+        relays = {"relay": Workload([], procs.RELAY_READY, processes, 100, url, route)}
+        for rev in baselines:
+            path = stack.enter_context(_source_of(rev))
+            runs[f"relay@{rev}"] = []
+            relays[f"relay@{rev}"] = Workload(
+                [], procs.RELAY_READY, processes, 100, url, route, {"PYTHONPATH": path}
+            )
+        for _ in range(reps):
+            truncate(engine)
+            route.purge()
+            runs["raw_kombu"].append(_raw(route, depth, events, processes))
+            _check(route, events)
+            for name, work in relays.items():
+                truncate(engine)
+                runs[name].append(_relay(work, engine, depth, events))
+                _check(route, events)
+    out: dict[str, Any] = {"events": events, "processes": processes, "window": WINDOW}
+    raw = [r["rate"] for r in runs["raw_kombu"]]
+    for name, measured in runs.items():
+        rates = [r["rate"] for r in measured]
+        out[name] = summarize(rates)
+        out[name]["from_start"] = summarize([r["rate_from_start"] for r in measured])
+        if name != "raw_kombu":
+            ratios = [a / b for a, b in zip(rates, raw, strict=True)]
+            out[name]["vs_raw"] = {"median": statistics.median(ratios), "runs": ratios}
+    return out
+
+
+def _check(route: fixtures.Route, events: int) -> None:
+    held = route.purge()
+    if held != events:
+        raise RuntimeError(f"the queue held {held} messages, expected {events}")
+
+
+def _raw_worker(url: str, exchange: str, count: int, offset: int) -> int:
+    """One raw publisher: build the messages, connect, say ready, wait for SIGUSR1, publish."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    msgs = [message.build(rows.claimed(n)) for n in range(offset + 1, offset + count + 1)]
+    route = fixtures.Route(url, exchange, "")
+
+    def ready() -> None:
+        print(procs.BENCH_READY, flush=True)
+        signal.sigwait({signal.SIGUSR1})
+
+    ceiling.kombu_windowed(route, msgs, WINDOW, before_clock=ready)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["raw"]:
+        return _raw_worker(args[1], args[2], int(args[3]), int(args[4]))
+    p = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__.split("\n")[0])
+    p.add_argument("--events", type=int, default=20_000)
+    p.add_argument("--processes", type=int, default=4)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--baseline", action="append", default=[], metavar="REV")
+    p.add_argument("--out", type=Path, help="also write the result here as JSON")
+    ns = p.parse_args(args)
+    result = run(services.AMQP_URL, ns.events, ns.reps, ns.processes, ns.baseline)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if ns.out is not None:
+        ns.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
