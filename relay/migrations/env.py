@@ -3,10 +3,12 @@ so it never collides with the application's own Alembic history in the same data
 
 from __future__ import annotations
 
+import os
+
 from alembic import context
 from sqlalchemy import Connection
 
-from relay.engine import create_engine
+from relay.engine import create_engine, normalize_url
 from relay.schema import TABLES, applies_to, metadata
 
 VERSION_TABLE = "relay_alembic_version"
@@ -14,9 +16,17 @@ VERSION_TABLE = "relay_alembic_version"
 config = context.config
 
 
+def _url() -> str:
+    """The configured URL; without one (``migrations/alembic.ini``), ``RELAY_DATABASE_URL``."""
+    url = config.get_main_option("sqlalchemy.url") or os.environ.get("RELAY_DATABASE_URL")
+    if not url:
+        raise SystemExit("set RELAY_DATABASE_URL to the database to compare the schema with")
+    return normalize_url(url)
+
+
 def run_migrations_offline() -> None:
     context.configure(
-        url=config.get_main_option("sqlalchemy.url"),
+        url=_url(),
         target_metadata=metadata,
         version_table=VERSION_TABLE,
         literal_binds=True,
@@ -30,7 +40,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    engine = create_engine(_url())
     with engine.connect() as conn:
         _run(conn)
     engine.dispose()
