@@ -13,7 +13,10 @@ CONTENT_ENCODING = "utf-8"
 #: Header names the relay sets; enqueue() refuses them in the caller's headers.
 RESERVED_HEADERS = frozenset(
     {"outbox_id", "event_type", "attempt", "created_at", "ordering_key", "ordering_seq"}
-)
+) | {"x-relay-task"}
+#: The row header that makes a row a Celery task (``relay.celery.send_task``): where to publish
+#: it and the protocol-2 headers and properties, resolved at enqueue. Never sent as a header.
+TASK_HEADER = "x-relay-task"
 PERSISTENT = 2
 
 
@@ -26,6 +29,13 @@ class OutgoingMessage:
     body: bytes
     headers: dict[str, Any]
     message_id: str
+    #: Where a Celery task goes (None: the relay's exchange, as for every event).
+    exchange: str | None = None
+    #: A task's extra AMQP properties (``correlation_id``, ``reply_to``, ``priority``).
+    extra: dict[str, Any] | None = None
+    #: A task's queue, declared before the first publish as ``app.send_task`` declares it:
+    #: ``{"queue", "exchange", "exchange_type", "routing_key", "durable", "arguments"}``.
+    declare: dict[str, Any] | None = None
 
 
 def properties(msg: OutgoingMessage) -> dict[str, Any]:
@@ -36,6 +46,7 @@ def properties(msg: OutgoingMessage) -> dict[str, Any]:
         "headers": msg.headers,
         "delivery_mode": PERSISTENT,
         "message_id": msg.message_id,
+        **(msg.extra or {}),
     }
 
 
@@ -46,6 +57,8 @@ def encode_body(payload: Any) -> bytes:
 
 def build(event: ClaimedEvent) -> OutgoingMessage:
     """The message for ``event``: routing key = event_type, message_id = the outbox id."""
+    if event.headers and TASK_HEADER in event.headers:
+        return build_task(event)
     headers: dict[str, Any] = dict(event.headers or {})
     headers.update(
         outbox_id=event.id,
@@ -64,3 +77,29 @@ def build(event: ClaimedEvent) -> OutgoingMessage:
         headers=headers,
         message_id=str(event.id),
     )
+
+
+def build_task(event: ClaimedEvent) -> OutgoingMessage:
+    """A Celery protocol-2 task message: the route, headers and properties resolved at enqueue
+    (``relay.celery.send_task``), the same task id on every attempt; body = ``[args, kwargs,
+    embed]``. The relay's ``outbox_id`` and ``attempt`` headers ride along (a task sees them
+    in ``self.request``)."""
+    user = dict(event.headers or {})
+    task = user.pop(TASK_HEADER)
+    headers = {**user, **task["headers"], "outbox_id": event.id, "attempt": event.attempt}
+    return OutgoingMessage(
+        outbox_id=event.id,
+        routing_key=task["routing_key"],
+        body=encode_body(event.payload),
+        headers=headers,
+        message_id=str(event.id),
+        exchange=task["exchange"],
+        extra=dict(task.get("properties") or {}),
+        declare=task.get("declare"),
+    )
+
+
+def task_expires(event: ClaimedEvent) -> str | None:
+    """The ISO 8601 ``expires`` of a task row (None for an event or a task without one)."""
+    task = (event.headers or {}).get(TASK_HEADER)
+    return None if task is None else task["headers"].get("expires")

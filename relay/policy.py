@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from relay.records import Buried, ClaimedEvent, Rescheduled
 
@@ -83,3 +84,14 @@ class CircuitBreaker:
     def remaining(self, now: float) -> float:
         """Seconds until a claim may be attempted again (0 when closed)."""
         return max(0.0, self.open_until - now)
+
+
+def task_expired(expires: str | None, now: datetime) -> bool:
+    """Whether a Celery task whose ``expires`` header (ISO 8601) is ``expires`` has expired at
+    ``now`` (aware). Celery compares ``expires`` with wall clocks, so the relay does too."""
+    if not expires:
+        return False
+    deadline = datetime.fromisoformat(expires)
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)
+    return now >= deadline

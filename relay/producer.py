@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from relay import config, dialects
 from relay.exceptions import EventError
-from relay.message import RESERVED_HEADERS, encode_body
+from relay.message import RESERVED_HEADERS, TASK_HEADER, encode_body
 from relay.schema import outbox
 
 log = logging.getLogger(__name__)
@@ -63,10 +63,48 @@ class Producer:
         delay: timedelta | float | None = None,
     ) -> int:
         """Write one event in the caller's transaction and return its outbox id."""
+        return self._write(
+            session_or_connection,
+            event_type,
+            payload,
+            _headers(headers),
+            ordering_key=ordering_key,
+            delay=delay,
+        )
+
+    def enqueue_task(
+        self,
+        session_or_connection: Session | Connection,
+        name: str,
+        body: Any,
+        task: Mapping[str, Any],
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        delay: timedelta | float | None = None,
+    ) -> int:
+        """Write a Celery task message (``relay.celery.send_task`` builds ``task``: route,
+        protocol headers and properties) in the caller's transaction; returns its outbox id."""
+        merged = dict(_headers(headers) or {})
+        merged[TASK_HEADER] = dict(task)
+        return self._write(
+            session_or_connection, name, body, merged, ordering_key=ordering_key, delay=delay
+        )
+
+    def _write(
+        self,
+        session_or_connection: Session | Connection,
+        event_type: str,
+        payload: Any,
+        headers: dict[str, Any] | None,
+        *,
+        ordering_key: str | None,
+        delay: timedelta | float | None,
+    ) -> int:
         values: dict[str, Any] = {
             "event_type": _name("event_type", event_type),
             "payload": self._payload(payload),
-            "headers": _headers(headers),
+            "headers": headers,
             "ordering_key": None if ordering_key is None else _name("ordering_key", ordering_key),
         }
         seconds = _delay(delay)
@@ -271,6 +309,11 @@ def _arm_wake(target: Session | Connection, wake: WakeUp) -> None:
 
 
 _default: Producer | None = None
+
+
+def default() -> Producer:
+    """The process-wide producer behind :func:`enqueue` (and ``relay.celery.send_task``)."""
+    return _default_producer()
 
 
 def _default_producer() -> Producer:

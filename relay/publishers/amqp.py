@@ -67,7 +67,9 @@ class AmqpPublisher(KombuPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                frames.append(_encode(encoder, event))
+                msg = _build(event)
+                self._declare_route(msg)
+                frames.append(_encode(encoder, msg))
             except PublishError as exc:
                 # Nothing of this message was written: only this row (e.g. a header key over
                 # 255 bytes, written by plain SQL) is at fault, and it fails alone.
@@ -142,8 +144,15 @@ class AmqpPublisher(KombuPublisher):
         self._returned[message_id] = f"{unroutable(routing_key, exchange)} ({exc})"
 
 
-def _encode(encoder: BatchEncoder, event: ClaimedEvent) -> bytes:
+def _build(event: ClaimedEvent) -> message.OutgoingMessage:
     try:
-        return encoder.encode(message.build(event))
+        return message.build(event)
+    except _ENCODING_ERRORS as exc:
+        raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc
+
+
+def _encode(encoder: BatchEncoder, msg: message.OutgoingMessage) -> bytes:
+    try:
+        return encoder.encode(msg)
     except _ENCODING_ERRORS as exc:
         raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc

@@ -37,6 +37,8 @@ class KombuPublisher:
         self.confirm_timeout = confirm_timeout
         self._conn: kombu.Connection | None = None
         self._channel: Any = None
+        #: Task queues declared on this connection (see :meth:`_declare_route`).
+        self._declared: set[str] = set()
 
     # -- for subclasses --------------------------------------------------------------------
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
@@ -61,6 +63,28 @@ class KombuPublisher:
             close_quietly(conn)
             raise
         self._conn, self._channel = conn, channel
+        self._declared = set()
+
+    def _declare_route(self, msg: message.OutgoingMessage) -> None:
+        """Declare a Celery task's queue (and its exchange) once per connection, as
+        ``app.send_task`` does before it publishes, so the first task is routable."""
+        spec = msg.declare
+        if not spec or spec["queue"] in self._declared:
+            return
+        exchange = (
+            kombu.Exchange(spec["exchange"], type=spec["exchange_type"], durable=spec["durable"])
+            if spec["exchange"]
+            else ""
+        )
+        queue = kombu.Queue(
+            spec["queue"],
+            exchange,
+            routing_key=spec["routing_key"],
+            durable=spec["durable"],
+            queue_arguments=spec.get("arguments") or None,
+        )
+        queue(self._channel).declare()
+        self._declared.add(spec["queue"])
 
     def close(self) -> None:
         """Close the connection; the next publish reconnects."""
@@ -118,7 +142,7 @@ def kombu_message(channel: Any, msg: message.OutgoingMessage) -> Any:
     props = message.properties(msg)
     return channel.prepare_message(
         msg.body,
-        None,
+        props.pop("priority", None),
         props.pop("content_type"),
         props.pop("content_encoding"),
         props.pop("headers"),

@@ -93,6 +93,14 @@ def _field(value: Any, parts: list[bytes]) -> None:
         raise TypeError(f"a header value of type {type(value).__name__} has no AMQP field type")
 
 
+#: Properties a Celery task message adds, in AMQP's order between delivery_mode and message_id.
+_EXTRA: tuple[tuple[str, int, Callable[[Any], bytes]], ...] = (
+    ("priority", 0x0800, lambda v: _U8.pack(v)),
+    ("correlation_id", 0x0400, lambda v: shortstr(v)),
+    ("reply_to", 0x0200, lambda v: shortstr(v)),
+)
+
+
 class BatchEncoder:
     """Encodes messages for one channel, exchange and negotiated ``frame_max``."""
 
@@ -100,43 +108,62 @@ class BatchEncoder:
         self.channel_id = channel_id
         self.chunk = frame_max - FRAME_OVERHEAD
         self._exchange = shortstr(exchange)
-        self._methods: dict[str, bytes] = {}
+        self._methods: dict[tuple[str | None, str], bytes] = {}
         self._content = shortstr(message.CONTENT_TYPE) + shortstr(message.CONTENT_ENCODING)
         self._delivery_mode = _U8.pack(message.PERSISTENT)
         self._frame: Callable[..., bytes] = _FRAME_HEAD.pack
 
-    def method_frame(self, routing_key: str) -> bytes:
-        """The whole ``basic.publish`` method frame for ``routing_key`` (cached)."""
-        frame = self._methods.get(routing_key)
+    def method_frame(self, routing_key: str, exchange: str | None = None) -> bytes:
+        """The whole ``basic.publish`` method frame for ``routing_key`` on the encoder's
+        exchange, or on ``exchange`` (a Celery task's route); cached."""
+        cache, key = self._methods, (exchange, routing_key)
+        frame = cache.get(key)
         if frame is None:
             payload = b"".join(
                 (
                     struct.pack(">HHH", BASIC_CLASS, BASIC_PUBLISH, 0),
-                    self._exchange,
+                    self._exchange if exchange is None else shortstr(exchange),
                     shortstr(routing_key),
                     _U8.pack(MANDATORY),
                 )
             )
             frame = self._frame(FRAME_METHOD, self.channel_id, len(payload)) + payload + FRAME_END
-            if len(self._methods) < 10_000:  # event types are few; never grow without bound
-                self._methods[routing_key] = frame
+            if len(cache) < 10_000:  # event types are few; never grow without bound
+                cache[key] = frame
         return frame
+
+    def _properties(self, msg: OutgoingMessage, body_size: int) -> bytes:
+        """The content header's payload: the contract's properties, plus a task's extras."""
+        flags, extra = PROPERTY_FLAGS, b""
+        if msg.extra:
+            unknown = set(msg.extra) - {name for name, _, _ in _EXTRA}
+            if unknown:
+                raise ValueError(f"properties the encoder does not write: {sorted(unknown)}")
+            parts = []
+            for name, flag, encode in _EXTRA:
+                value = msg.extra.get(name)
+                if value is not None:
+                    flags |= flag
+                    parts.append(encode(value))
+            extra = b"".join(parts)
+        return b"".join(
+            (
+                _HEADER_HEAD.pack(BASIC_CLASS, 0, body_size, flags),
+                self._content,
+                table(msg.headers),
+                self._delivery_mode,
+                extra,
+                shortstr(msg.message_id),
+            )
+        )
 
     def encode(self, msg: OutgoingMessage) -> bytes:
         """Every frame of ``msg``: method, content header, body."""
         body = msg.body
-        header = b"".join(
-            (
-                _HEADER_HEAD.pack(BASIC_CLASS, 0, len(body), PROPERTY_FLAGS),
-                self._content,
-                table(msg.headers),
-                self._delivery_mode,
-                shortstr(msg.message_id),
-            )
-        )
+        header = self._properties(msg, len(body))
         frame, channel = self._frame, self.channel_id
         parts = [
-            self.method_frame(msg.routing_key),
+            self.method_frame(msg.routing_key, msg.exchange),
             frame(FRAME_HEADER, channel, len(header)),
             header,
             FRAME_END,

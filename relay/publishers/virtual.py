@@ -34,11 +34,16 @@ class VirtualPublisher(KombuPublisher):
         routes: dict[str, list[str]] = {}
         ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
         stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
+        tasks: list[tuple[ClaimedEvent, message.OutgoingMessage]] = []
         for event in events:
             if event.seq is not None and event.ordering_key in stopped:
                 result.withheld.append(event)
                 continue
             msg = message.build(event)
+            if msg.exchange is not None:  # a Celery task: its own route, declared first
+                self._declare_route(msg)
+                tasks.append((event, msg))
+                continue
             queues = routes.get(msg.routing_key)
             if queues is None:
                 found = kind.lookup(table, name, msg.routing_key, None) or ()
@@ -51,6 +56,12 @@ class VirtualPublisher(KombuPublisher):
                 result.rejected.append((event, unroutable(msg.routing_key, name)))
                 if event.seq is not None:
                     stopped.add(event.ordering_key)
+        for event, msg in tasks:
+            task_exchange = kombu.Exchange(msg.exchange or "")
+            kombu.Producer(channel, exchange=task_exchange, auto_declare=False).publish(
+                msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
+            )
+            result.confirmed.append(event)
         if self._conn.transport_cls in _REDIS_TRANSPORTS:
             _push_redis(channel, exchange, ready, result)
             return

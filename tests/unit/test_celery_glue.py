@@ -37,7 +37,7 @@ def test_fanout_sends_one_task_per_waiting_batch_up_to_the_cap(
     ("var", "value"),
     [
         ("RELAY_QUEUE", " "),
-        ("RELAY_QUEUE", "outbox"),  # the events exchange's name
+        ("RELAY_QUEUE", "q" * 256),  # over AMQP's 255 bytes (a queue set alone never collides)
         ("RELAY_MAX_FANOUT", 0),
         ("RELAY_RETENTION_SECONDS", -1.0),
         ("RELAY_PURGE_INTERVAL_SECONDS", 0.0),

@@ -35,7 +35,8 @@ def _py_amqp_frames(msg: OutgoingMessage, frame_max: int) -> bytes:
     channel = types.SimpleNamespace(
         prepare_message=functools.partial(pyamqp.Channel.prepare_message, None)
     )
-    args = dumps("Bssbb", (0, EXCHANGE, msg.routing_key, True, False))
+    exchange = EXCHANGE if msg.exchange is None else msg.exchange
+    args = dumps("Bssbb", (0, exchange, msg.routing_key, True, False))
     write_frame(1, CHANNEL, spec.Basic.Publish, args, kombu_message(channel, msg))
     return b"".join(written)
 
@@ -128,3 +129,35 @@ def test_a_field_py_amqp_cannot_encode_fails_the_same_way() -> None:
         BatchEncoder(CHANNEL, EXCHANGE, 131072).encode(msg)
     with pytest.raises(struct.error):
         _py_amqp_frames(msg, 131072)
+
+
+def _task(properties: dict[str, Any], exchange: str) -> ClaimedEvent:
+    celery_headers = {"lang": "py", "task": "app.add", "id": "7f3c", "eta": None, "retries": 0}
+    celery_headers |= {"timelimit": [None, None], "expires": "2026-12-01T10:00:00+00:00"}
+    task = {
+        "exchange": exchange,
+        "routing_key": "celery",
+        "headers": celery_headers,
+        "properties": properties,
+    }
+    body = [[1, 2], {"k": "ü"}, {"callbacks": None, "errbacks": None, "chain": None}]
+    return _event(body, {"tenant": "a", message.TASK_HEADER: task}, event_type="app.add")
+
+
+@pytest.mark.parametrize(
+    ("properties", "exchange"),
+    [
+        ({"correlation_id": "7f3c", "reply_to": ""}, ""),
+        ({"correlation_id": "7f3c", "reply_to": "r.q", "priority": 5}, "tasks"),
+    ],
+)
+def test_celery_task_frames_equal_py_amqp_encoding(
+    properties: dict[str, Any], exchange: str
+) -> None:
+    """A task message (own exchange, correlation_id, reply_to, priority) encodes byte for byte
+    as py-amqp would, and the relay's row header never reaches the wire."""
+    msg = message.build(_task(properties, exchange))
+    assert message.TASK_HEADER not in msg.headers
+    assert msg.headers["id"] == "7f3c"
+    encoder = BatchEncoder(CHANNEL, EXCHANGE, 131072)
+    assert encoder.encode(msg) == _py_amqp_frames(msg, 131072)
