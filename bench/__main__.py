@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--results", type=Path, help="where the JSON goes (default by mode)")
     p.add_argument("--docs", type=Path, help="where the report goes (default by mode)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from JSON")
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="versus: also run the relay of this git revision (repeatable)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    plan = QUICK if args.quick else FULL
+    plan = replace(QUICK if args.quick else FULL, baselines=args.baseline)
     results = args.results or (QUICK_RESULTS if args.quick else RESULTS)
     docs = args.docs or (results / "benchmarks.md" if args.quick else ROOT / "docs/benchmarks.md")
     results.mkdir(parents=True, exist_ok=True)

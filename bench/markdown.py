@@ -134,6 +134,25 @@ def _hook(rec: dict[str, Any] | None, module: str) -> list[str]:
     return ["```json", _dump(data["result"]), "```"]
 
 
+def _versus(data: dict[str, Any]) -> list[str]:
+    if not data:
+        return ["not run"]
+    out = [
+        "| publisher | msg/s (queue growth) | from the commit / go | vs raw Kombu, per run |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, r in data.items():
+        if not isinstance(r, dict) or "median" not in r:
+            continue
+        label = "raw Kombu, confirms per 1,000" if name == "raw_kombu" else f"`{name}`"
+        vs = r.get("vs_raw")
+        ratios = (
+            f"**{vs['median']:.2f}x** ({', '.join(f'{x:.2f}' for x in vs['runs'])})" if vs else "1x"
+        )
+        out.append(f"| {label} | {rate(r)} | {rate(r['from_start'])} | {ratios} |")
+    return out
+
+
 def _dump(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
@@ -164,6 +183,21 @@ def render(recs: dict[str, Any], res: dict[str, Any]) -> str:
         "",
         "Why the relay reaches about 0.4x of the publish-only ceiling on this machine, what was "
         "profiled and changed, and the per-event CPU split: `docs/performance.md`.",
+        "",
+        "### The relay against raw Kombu, issue 14's measure (`bench/versus.py`)",
+        _meta(recs, "versus"),
+        "",
+        f"{res.get('versus', {}).get('processes', 4)} `relay dispatch --loop` processes at the "
+        f"defaults against as many raw Kombu publishers (a confirm-mode channel, confirms "
+        f"awaited per 1,000, messages built before the clock), "
+        f"{res.get('versus', {}).get('events', 0):,} events each run, the modes taking turns "
+        "in the same run. Rates are read from the growth of a bound queue's depth while no "
+        "consumer runs (passive `queue_declare` every 20 ms); every run left exactly the "
+        "events in the queue. `relay@REV` is the relay of an earlier revision in the same run: "
+        "`4233c54` is before issue 14, `b74b0e9` has the publisher seam but still publishes "
+        "through Kombu + py-amqp; `relay` encodes a batch's frames itself.",
+        "",
+        *_versus(res.get("versus", {})),
         "",
         "## What these figures depend on",
         "",

@@ -26,6 +26,10 @@ class Plan:
     history_reps: int
     redis_processes: list[int] = field(default_factory=list)
     redis_batches: list[int] = field(default_factory=list)
+    #: bench.versus: events per run, processes per side, other revisions of the relay beside it.
+    versus_events: int = 20_000
+    versus_processes: int = 4
+    baselines: list[str] = field(default_factory=list)
 
 
 FULL = Plan(
@@ -66,4 +70,5 @@ QUICK = Plan(
     history_reps=1,
     redis_processes=[1],
     redis_batches=[100],
+    versus_events=2_000,
 )

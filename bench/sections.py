@@ -14,6 +14,7 @@ from bench import (
     polling_latency,
     services,
     throughput,
+    versus,
 )
 from bench.plan import Plan
 
@@ -78,8 +79,15 @@ def latency_wakeup(plan: Plan) -> dict[str, Any]:
     return colleagues.call("latency", quick=plan.name == "quick")
 
 
+def relay_vs_kombu(plan: Plan) -> dict[str, Any]:
+    return versus.run(
+        services.AMQP_URL, plan.versus_events, plan.reps, plan.versus_processes, plan.baselines
+    )
+
+
 SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "env": env,
+    "versus": relay_vs_kombu,
     "publish_ceiling": publish_ceiling,
     "sql_ceiling": sql_ceiling,
     "naive": naive,
