@@ -50,9 +50,13 @@ def properties(msg: OutgoingMessage) -> dict[str, Any]:
     }
 
 
+#: One encoder for every body: ``json.dumps`` with options builds a new one per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_body(payload: Any) -> bytes:
     """The payload as compact UTF-8 JSON; NaN and Infinity are not JSON and are refused."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return _JSON.encode(payload).encode()
 
 
 def build(event: ClaimedEvent) -> OutgoingMessage:

@@ -49,12 +49,33 @@ def shortstr(value: str) -> bytes:
     return _U8.pack(len(raw)) + raw
 
 
+#: Header names seen, as short strings: a few names recur in every message.
+_NAMES: dict[str, bytes] = {}
+_LONGSTR_HEAD = struct.Struct(">cI")
+_INT_FIELD = struct.Struct(">ci")
+
+
 def table(values: Mapping[str, Any]) -> bytes:
     """An AMQP field table, typed as py-amqp types it (``_write_table``)."""
     parts: list[bytes] = []
+    append = parts.append
     for key, value in values.items():
-        parts.append(shortstr(key))
-        _field(value, parts)
+        name = _NAMES.get(key)
+        if name is None:
+            name = shortstr(key)
+            if len(_NAMES) < 10_000:  # header names are few; never grow without bound
+                _NAMES[key] = name
+        append(name)
+        # The two kinds every message carries, inline; the rest as _field types them.
+        kind = type(value)
+        if kind is str:
+            raw = value.encode("utf-8", "surrogatepass")
+            append(_LONGSTR_HEAD.pack(b"S", len(raw)))
+            append(raw)
+        elif kind is int and -_I32_MAX <= value <= _I32_MAX:
+            append(_INT_FIELD.pack(b"I", value))
+        else:
+            _field(value, parts)
     data = b"".join(parts)
     return _U32.pack(len(data)) + data
 
