@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -131,12 +132,16 @@ class Waker:
     """Sends one ``claim_and_dispatch`` after a commit, from a background thread.
 
     The commit only sets an event, so a slow or dead broker never holds the caller's commit;
-    wake-ups arriving while one is being sent coalesce into one more. A failed send is logged:
-    the tick picks the events up instead.
+    wake-ups arriving while one is being sent coalesce into one more, and with ``min_interval``
+    so do those arriving within that long after a send (the beat listener's bound on a burst:
+    at most one task per interval). A failed send is logged: the tick picks the events up
+    instead.
     """
 
-    def __init__(self, app: Celery, settings: Settings) -> None:
-        self.app, self.settings = app, settings
+    def __init__(self, app: Celery, settings: Settings, min_interval: float = 0.0) -> None:
+        self.app, self.settings, self.min_interval = app, settings, min_interval
+        #: Wake-up tasks sent so far by this process.
+        self.sent = 0
         self._wanted = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -158,9 +163,14 @@ class Waker:
             self._thread.start()
 
     def _run(self) -> None:
+        last = -math.inf
         while True:
             self._wanted.wait()
+            gap = last + self.min_interval - time.monotonic()
+            if gap > 0:
+                time.sleep(gap)  # the rate limit; wake-ups meanwhile fold into this one
             self._wanted.clear()
+            last = time.monotonic()
             try:
                 self.app.send_task(
                     CLAIM_AND_DISPATCH,
@@ -168,8 +178,28 @@ class Waker:
                     expires=self.settings.tick_seconds,
                     retry=False,
                 )
+                self.sent += 1
             except Exception as exc:
                 log.warning("relay wake-up not sent, the tick will relay the events: %s", exc)
+
+
+def _listen_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
+    """The ``beat_init`` handler that starts the deployment's one listener (PostgreSQL, with
+    ``RELAY_NOTIFY`` on) in ``app``'s beat: each notification asks for a ``claim_and_dispatch``,
+    at most one per ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with workers. The
+    listener holds an advisory lock, so a second beat on the same database stands by."""
+
+    def start(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", app) is not app:
+            return
+        from relay import listener
+
+        if not listener.supports(settings.database_url):
+            return
+        waker = Waker(app, settings, min_interval=settings.poll_floor_seconds)
+        listener.Listener(settings.database_url, waker, exclusive=True).start()
+
+    return start
 
 
 def enable_wakeup(app: Celery, settings: Settings) -> Waker:
@@ -255,6 +285,8 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.worker_shutting_down.connect(runtime.stop, weak=False)
     signals.worker_process_shutdown.connect(runtime.close, weak=False)
     signals.worker_shutdown.connect(runtime.close, weak=False)
+    if s.notify:
+        signals.beat_init.connect(_listen_in_beat(app, settings), weak=False)
     if wakeup:
         enable_wakeup(app, settings)
     return runtime

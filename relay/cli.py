@@ -162,15 +162,40 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
         if args.once:
             report = dispatcher.drain(budget_seconds=float("inf"))
         else:
-            stop = threading.Event()
+            stop, wake = threading.Event(), threading.Event()
+
+            def on_signal(*_: object) -> None:
+                stop.set()
+                wake.set()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-            report = dispatcher.loop(stop)
+                signal.signal(sig, on_signal)
+            listener = _listener(settings, wake)
+            try:
+                report = dispatcher.loop(stop, wake=wake if listener else None)
+            finally:
+                if listener is not None:
+                    listener.stop()
     finally:
         dispatcher.close()
         dispatcher.publisher.close()
     log.info("relay %s done: %s", dispatcher.worker_id, report)
     return 0
+
+
+def _listener(settings: Settings, wake: threading.Event) -> Any:
+    """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener that sets ``wake`` on each
+    notification; otherwise None (the loop polls adaptively)."""
+    from relay import listener
+
+    if not (settings.notify and listener.supports(settings.database_url)):
+        log.info(
+            "no LISTEN/NOTIFY here: polling every %gs to %gs",
+            settings.poll_floor_seconds,
+            settings.tick_seconds,
+        )
+        return None
+    return listener.Listener(settings.database_url, wake.set).start()
 
 
 def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:

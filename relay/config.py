@@ -63,6 +63,12 @@ class Settings:
     retention_seconds: float = 7 * 86400.0
     #: How often beat sends relay.purge_sent.
     purge_interval_seconds: float = 3600.0
+    #: PostgreSQL: LISTEN for the outbox trigger's NOTIFY and claim at once (off: poll only, for
+    #: poolers in transaction mode, which cannot LISTEN).
+    notify: bool = True
+    #: Shortest wait of adaptive polling after a claim found nothing (doubling up to the tick),
+    #: and the shortest gap between two wake-ups the Celery fleet's listener sends.
+    poll_floor_seconds: float = 0.025
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -95,6 +101,11 @@ class Settings:
             self._derive(cap, max(_DEFAULTS[cap], self.backoff_base_seconds))
         elif self._is_set(cap):
             self._derive(base, min(_DEFAULTS[base], self.backoff_max_seconds))
+        floor, tick = "poll_floor_seconds", "tick_seconds"
+        if self._is_set(tick):
+            self._derive(floor, min(_DEFAULTS[floor], self.tick_seconds))
+        elif self._is_set(floor):
+            self._derive(tick, max(_DEFAULTS[tick], self.poll_floor_seconds))
         # Names that would collide with a default take a suffix instead of refusing to start.
         if self._is_set("exchange"):
             self._derive(
@@ -129,6 +140,19 @@ class Settings:
             f"must be >= RELAY_BACKOFF_BASE_SECONDS={self.backoff_base_seconds!r}",
         )
         _check(self.tick_seconds > 0, "RELAY_TICK_SECONDS", self.tick_seconds, "must be > 0")
+        _check(
+            self.poll_floor_seconds > 0,
+            "RELAY_POLL_FLOOR_SECONDS",
+            self.poll_floor_seconds,
+            "must be > 0",
+        )
+        _check(
+            self.poll_floor_seconds <= self.tick_seconds,
+            "RELAY_POLL_FLOOR_SECONDS",
+            self.poll_floor_seconds,
+            f"must be <= RELAY_TICK_SECONDS={self.tick_seconds!r} (polling backs off from the "
+            "floor up to the tick)",
+        )
         _check(
             self.confirm_timeout_seconds > 0,
             "RELAY_CONFIRM_TIMEOUT_SECONDS",
@@ -251,11 +275,26 @@ def _parse_float(raw: str) -> float:
     return value
 
 
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
+_BOOLEANS |= {"0": False, "false": False, "no": False, "off": False}
+
+
+def _parse_bool(raw: str) -> bool:
+    try:
+        return _BOOLEANS[raw.lower()]
+    except KeyError:
+        raise ValueError("not a boolean") from None
+
+
 def _parse(var: str, raw: str, parse: Callable[[str], T]) -> T:
     try:
         return parse(raw)
     except ValueError:
-        kinds: dict[object, str] = {_parse_int: "an integer", _parse_float: "a finite number"}
+        kinds: dict[object, str] = {
+            _parse_int: "an integer",
+            _parse_float: "a finite number",
+            _parse_bool: "a boolean (1/0, true/false, yes/no, on/off)",
+        }
         kind = kinds.get(parse, "valid")
         raise ConfigError(f"{var}={redact(raw)!r} is not {kind}") from None
 
@@ -267,6 +306,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "str | None": str,
     "int": _parse_int,
     "float": _parse_float,
+    "bool": _parse_bool,
 }
 
 

@@ -392,13 +392,29 @@ class Dispatcher:
         if report.lost:
             log.warning("lease lost on %d rows: another worker reclaimed them", report.lost)
 
-    def loop(self, stop: threading.Event, *, idle_seconds: float | None = None) -> Report:
-        """Drain until ``stop`` is set, resting ``idle_seconds`` when a drain found nothing
-        claimable left (never merely because a batch came back short)."""
+    def loop(
+        self,
+        stop: threading.Event,
+        *,
+        idle_seconds: float | None = None,
+        wake: threading.Event | None = None,
+    ) -> Report:
+        """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
+        because a batch came back short), rest until ``wake`` is set or the tick passes.
+
+        With ``wake`` (set by a :class:`relay.listener.Listener` on each notification; set it
+        along with ``stop`` to stop at once) the loop rests a whole tick, the safety net.
+        Without, it polls adaptively: ``RELAY_POLL_FLOOR_SECONDS`` after a drain that moved
+        rows, doubling after each empty one up to ``idle_seconds`` (default: the tick).
+        """
         idle = self.settings.tick_seconds if idle_seconds is None else idle_seconds
+        poll = IdlePoll(min(self.settings.poll_floor_seconds, idle), idle)
+        bell = stop if wake is None else wake
         total = Report()
         db_backoff = timing.DATABASE_RETRY_FIRST_SECONDS
         while not stop.is_set():
+            if wake is not None:
+                wake.clear()  # before the claim: a notification during the drain rings again
             try:
                 report = self.drain(stop=stop)
             except StoreError as exc:
@@ -413,5 +429,25 @@ class Dispatcher:
             if report.broker_error:
                 stop.wait(max(self.breaker.remaining(self.clock()), timing.BROKER_REST_MIN_SECONDS))
             elif report.drained:
-                stop.wait(idle)
+                if report.claimed:
+                    poll.reset()
+                bell.wait(idle if wake is not None else poll.next())
         return total
+
+
+class IdlePoll:
+    """The adaptive poll's waits: ``floor`` after activity, doubling to ``ceiling`` while the
+    outbox stays empty. Idle, a process claims ``1 / ceiling`` times a second; after a burst,
+    about ``log2(ceiling / floor)`` more claims until it is back at the ceiling."""
+
+    def __init__(self, floor: float, ceiling: float) -> None:
+        self.floor, self.ceiling = floor, ceiling
+        self._next = ceiling
+
+    def reset(self) -> None:
+        self._next = self.floor
+
+    def next(self) -> float:
+        wait = self._next
+        self._next = min(self.ceiling, wait * 2)
+        return wait

@@ -35,6 +35,10 @@ BAD_VALUES = [
     ("RELAY_MAX_FANOUT", "0", "1..1000"),
     ("RELAY_RETENTION_SECONDS", "-5", "> 0"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "0", "> 0"),
+    ("RELAY_NOTIFY", "maybe", "is not a boolean"),
+    ("RELAY_NOTIFY", "2", "is not a boolean"),
+    ("RELAY_POLL_FLOOR_SECONDS", "0", "> 0"),
+    ("RELAY_POLL_FLOOR_SECONDS", "nan", "finite"),
 ]
 
 
@@ -84,6 +88,10 @@ EDGE_VALUES = [
     ("RELAY_RETENTION_SECONDS", "315360000"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "1"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "86400"),
+    ("RELAY_NOTIFY", "0"),
+    ("RELAY_NOTIFY", "1"),
+    ("RELAY_POLL_FLOOR_SECONDS", "0.001"),
+    ("RELAY_POLL_FLOOR_SECONDS", "3600"),
 ]
 
 
@@ -93,8 +101,9 @@ def test_one_variable_alone_at_an_edge_never_contradicts_a_default(var: str, val
     s = Settings.from_env({var: value})
     (f,) = [f for f in env_fields() if env_name(f) == var]
     kept = getattr(s, f.name)
-    assert kept == type(kept)(value)
+    assert kept == (value == "1" if isinstance(kept, bool) else type(kept)(value))
     assert 0 < s.confirm_timeout_seconds < s.lease_seconds
+    assert 0 < s.poll_floor_seconds <= s.tick_seconds
     assert s.backoff_base_seconds <= s.backoff_max_seconds
     assert s.queue != s.exchange
 
@@ -117,6 +126,9 @@ def test_every_variable_has_edge_cases() -> None:
         ({"RELAY_BACKOFF_MAX_SECONDS": "0.5"}, {"backoff_base_seconds": 0.5}),
         ({"RELAY_EXCHANGE": "relay"}, {"queue": "relay-tasks"}),
         ({"RELAY_QUEUE": "outbox"}, {"exchange": "outbox-events"}),
+        ({"RELAY_TICK_SECONDS": "0.01"}, {"poll_floor_seconds": 0.01}),
+        ({"RELAY_POLL_FLOOR_SECONDS": "5"}, {"tick_seconds": 5.0}),
+        ({"RELAY_NOTIFY": "off"}, {"notify": False}),
     ],
 )
 def test_defaults_follow_what_was_set(env: dict[str, str], expected: dict[str, object]) -> None:
@@ -144,6 +156,10 @@ def test_defaults_follow_what_was_set(env: dict[str, str], expected: dict[str, o
         (
             {"RELAY_EXCHANGE": "events", "RELAY_QUEUE": "events"},
             ("RELAY_QUEUE='events'", "RELAY_EXCHANGE='events'"),
+        ),
+        (
+            {"RELAY_TICK_SECONDS": "1", "RELAY_POLL_FLOOR_SECONDS": "2"},
+            ("RELAY_POLL_FLOOR_SECONDS=2.0", "RELAY_TICK_SECONDS=1.0"),
         ),
     ],
 )

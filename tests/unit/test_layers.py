@@ -40,6 +40,7 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.inbox", {"kombu", "celery", "amqp"}),
         ("relay.consumer", {"celery"}),
         ("relay.deadletters", {"sqlalchemy", "celery"}),
+        ("relay.listener", {"kombu", "celery", "amqp", "redis"}),
     ],
 )
 def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) -> None:

@@ -1,0 +1,137 @@
+"""The outbox trigger's NOTIFY and relay.listener on real PostgreSQL: when it rings, when it does
+not, and that it comes back after its session is killed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from relay.listener import Listener
+from tests.support.env import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Bell:
+    """Counts notifications; ``rung`` is set on each one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.rung = threading.Event()
+
+    def __call__(self) -> None:
+        self.count += 1
+        self.rung.set()
+
+
+def _named(url: str, name: str) -> str:
+    return sa.make_url(url).update_query_dict({"application_name": name}).render_as_string(False)
+
+
+@pytest.fixture
+def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def bell() -> Bell:
+    return Bell()
+
+
+@pytest.fixture
+def listening(pg_url: str, bell: Bell) -> Iterator[Listener]:
+    listener = Listener(_named(pg_url, "relay-test-listener"), bell, heartbeat_seconds=0.5)
+    listener.start()
+    wait_until(listener.listening.is_set, 10, "the listener to LISTEN")
+    yield listener
+    listener.stop()
+
+
+def _insert(engine: sa.Engine, rows: int, *, commit: bool = True) -> None:
+    values = ", ".join(f"('t.{i}', '{{}}')" for i in range(rows))
+    with engine.connect() as conn:
+        conn.execute(sa.text(f"INSERT INTO outbox (event_type, payload) VALUES {values}"))
+        conn.execute(sa.text(f"INSERT INTO outbox (event_type, payload) VALUES {values}"))
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+
+
+def test_a_committed_plain_sql_insert_rings_once_per_transaction(
+    listening: Listener, bell: Bell, pg_engine: sa.Engine
+) -> None:
+    """Two multi-row INSERT statements in one transaction: one notification, at commit."""
+    _insert(pg_engine, 50)
+    assert bell.rung.wait(5)
+    # Bounded wait for a second (wrong) notification: none may come.
+    assert not _rings_again(bell, 0.5)
+    assert bell.count == 1
+
+
+def test_a_rolled_back_insert_rings_nothing(
+    listening: Listener, bell: Bell, pg_engine: sa.Engine
+) -> None:
+    """A rolled-back insert notifies nothing; a later committed one still does."""
+    _insert(pg_engine, 3, commit=False)
+    assert not bell.rung.wait(0.5)
+    _insert(pg_engine, 1)
+    assert bell.rung.wait(5)
+    assert bell.count == 1
+
+
+def test_listener_reconnects_after_pg_terminate_backend_and_logs_it(
+    listening: Listener, bell: Bell, pg_engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its session killed, the listener logs the loss, LISTENs again on a new session, rings
+    once for what it may have missed, and passes on the next commit's notification."""
+    caplog.set_level(logging.INFO, logger="relay.listener")
+    with pg_engine.connect() as conn:
+        killed = conn.execute(
+            sa.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'relay-test-listener'"
+            )
+        ).scalar()
+    assert killed == 1
+    wait_until(lambda: listening.sessions >= 2, 15, "the listener to reconnect")
+    wait_until(listening.listening.is_set, 5, "the new session to LISTEN")
+    assert bell.count == 1, "a reconnect rings once, for what was missed"
+    bell.rung.clear()
+    _insert(pg_engine, 1)
+    wait_until(lambda: bell.count == 2, 5, "the notification after the reconnect")
+    text = caplog.text
+    assert "lost its connection" in text
+    assert "listening on relay_outbox again" in text
+
+
+def test_exclusive_listeners_take_turns(pg_url: str, pg_engine: sa.Engine) -> None:
+    """Of two exclusive listeners on one database only one LISTENs; stop it and the other takes
+    over (one listener per deployment, even with two beats)."""
+    first_bell, second_bell = Bell(), Bell()
+    first = Listener(pg_url, first_bell, exclusive=True, heartbeat_seconds=0.2).start()
+    wait_until(first.listening.is_set, 10, "the first listener")
+    second = Listener(pg_url, second_bell, exclusive=True, heartbeat_seconds=0.2).start()
+    try:
+        _insert(pg_engine, 1)
+        assert first_bell.rung.wait(5)
+        assert not second.listening.is_set()
+        assert second_bell.count == 0
+        first.stop()
+        wait_until(second.listening.is_set, 10, "the second listener to take over")
+        _insert(pg_engine, 1)
+        assert second_bell.rung.wait(5)
+    finally:
+        first.stop()
+        second.stop()
+
+
+def _rings_again(bell: Bell, within: float) -> bool:
+    bell.rung.clear()
+    return bell.rung.wait(within)
