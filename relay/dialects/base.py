@@ -163,6 +163,10 @@ class Dialect:
         and the runs behind them, and the oldest unordered rows; each lane gets at least half
         of the batch when the other has work."""
         heads = conn.execute(self.heads_statement(limit)).all()
+        # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
+        # the next claim, this worker's pipelined one or another worker's: a backlog over a few
+        # keys then moves through several workers at once instead of one.
+        heads = heads[: (len(heads) + 1) // 2]
         unordered_limit = (limit - len(heads)) // (2 if heads else 1)
         rows: list[RowMapping] = []
         if unordered_limit:

@@ -117,17 +117,20 @@ def test_claim_takes_oldest_first_and_respects_the_limit(store: Store, engine: s
 def test_ordering_key_leases_a_run_per_key_and_nothing_behind_it(
     store: Store, engine: sa.Engine
 ) -> None:
-    """A claim leases each key's run in sequence order; while a run is held nobody can claim
-    that key; once it is sent the rows after it are claimable."""
+    """A claim leases half the keys it finds, each as a run in sequence order, beside unordered
+    rows; while a run is held nobody can claim that key; the next claim takes the other key."""
     a = enqueue_many(engine, 3, ordering_key="order-1")
     b = enqueue_many(engine, 2, ordering_key="order-2")
     free = enqueue_many(engine, 2)
     first = store.claim("w", 4, lease_seconds=60)
-    assert sorted(e.id for e in first) == sorted([a[0], b[0], *free]), "heads, then unordered"
-    assert store.claim("w2", 100, lease_seconds=60) == [], "heads still in flight"
-    store.mark_sent("w", [e for e in first if e.id == a[0]])
-    nxt = store.claim("w2", 100, lease_seconds=60)
-    assert [(e.id, e.seq) for e in nxt] == [(a[1], 2), (a[2], 3)]
+    assert [(e.id, e.seq) for e in first] == [(a[0], 1), (a[1], 2), (a[2], 3), (free[0], None)]
+    second = store.claim("w2", 100, lease_seconds=60)
+    assert [e.id for e in second] == [b[0], b[1], free[1]]
+    assert store.claim("w3", 100, lease_seconds=60) == [], "both keys are held by their runs"
+    assert store.mark_sent("w2", second) == 3
+    enqueue_many(engine, 1, ordering_key="order-2")
+    (nxt,) = store.claim("w3", 100, lease_seconds=60)
+    assert (nxt.ordering_key, nxt.seq) == ("order-2", 3)
 
 
 def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:

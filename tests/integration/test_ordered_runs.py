@@ -3,6 +3,7 @@ middle of a run does when confirms are awaited per batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -136,7 +137,10 @@ def test_unroutable_row_holds_its_key_and_the_rest_of_the_run_is_withheld(
     enqueue_many(engine, 2, ordering_key="k")
     other = enqueue_many(engine, 3, ordering_key="other")
     publisher = InMemoryPublisher(unroutable={"poison"})
-    report = Dispatcher(store, publisher, settings).run_once()
+    slow_retry = dataclasses.replace(settings, backoff_base_seconds=30, backoff_max_seconds=60)
+    dispatcher = Dispatcher(store, publisher, slow_retry)
+    report = dispatcher.run_once()  # key k's run
+    report.add(dispatcher.run_once())  # key "other"; k waits on its poison row
     published = [
         (m.headers.get("ordering_key"), m.headers.get("ordering_seq")) for m in publisher.messages
     ]
