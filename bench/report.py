@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import markdown, plots
+from bench import markdown, ordering, plots
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
@@ -28,5 +28,8 @@ def write(results: Path, docs: Path) -> Path:
     plots.throughput(res, img / "bench-throughput.png")
     plots.latency(res.get("latency_polling", {}), img / "bench-latency-polling.png")
     plots.history(res.get("history", {}), img / "bench-history.png")
-    docs.write_text(markdown.render(recs, res))
+    text = markdown.render(recs, res)
+    if "ordering" in res:  # self-contained section: bench/ordering.py renders its own
+        text += "\n" + ordering.render(res["ordering"])
+    docs.write_text(text)
     return docs

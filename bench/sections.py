@@ -10,6 +10,7 @@ from bench import (
     colleagues,
     fixtures,
     history,
+    ordering,
     phases,
     polling_latency,
     services,
@@ -98,4 +99,5 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "history": history_scaling,
     "fleet": fleet,
     "latency_wakeup": latency_wakeup,
+    "ordering": ordering.run,
 }
