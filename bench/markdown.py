@@ -118,20 +118,11 @@ def _phases(data: dict[str, Any]) -> list[str]:
     return out
 
 
-def _hook(rec: dict[str, Any] | None, module: str) -> list[str]:
-    if rec is None or rec["data"].get("status") == "missing":
-        return [
-            f"**Not measured: hook.** `bench/{module}.py` did not exist when this run was "
-            "made; `python -m bench` calls it automatically once it does (see "
-            "`bench/colleagues.py`)."
-        ]
-    data = rec["data"]
-    if data.get("status") != "ok":
-        return [
-            f"**Failed:** `bench/{module}.py` returned status `{data.get('status')}`: "
-            f"{data.get('error', '')}"
-        ]
-    return ["```json", _dump(data["result"]), "```"]
+def _raw(rec: dict[str, Any] | None) -> list[str]:
+    """A section that reports itself as JSON (the Celery fleet, the wake-up latency)."""
+    if rec is None:
+        return ["not run"]
+    return ["```json", _dump(rec["data"]), "```"]
 
 
 def _versus(data: dict[str, Any]) -> list[str]:
@@ -266,7 +257,7 @@ def render(recs: dict[str, Any], res: dict[str, Any]) -> str:
         "",
         "### The Celery fleet (`celery -A relay worker`)",
         "",
-        *_hook(recs.get("fleet"), "fleet"),
+        *_raw(recs.get("fleet")),
         "",
         "## 4. Latency, commit to consumer",
         "",
@@ -283,7 +274,7 @@ def render(recs: dict[str, Any], res: dict[str, Any]) -> str:
         "",
         "### Wake-up on (after-commit hook / NOTIFY, needs the Celery fleet)",
         "",
-        *_hook(recs.get("latency_wakeup"), "latency"),
+        *_raw(recs.get("latency_wakeup")),
         "",
         "## 5. History scaling",
         _meta(recs, "history"),

@@ -7,7 +7,6 @@ from typing import Any
 
 from bench import (
     ceiling,
-    colleagues,
     fixtures,
     history,
     ordering,
@@ -17,6 +16,8 @@ from bench import (
     throughput,
     versus,
 )
+from bench import fleet as celery_fleet
+from bench import latency as wakeup_latency
 from bench.plan import Plan
 
 
@@ -73,11 +74,11 @@ def history_scaling(plan: Plan) -> dict[str, Any]:
 
 
 def fleet(plan: Plan) -> dict[str, Any]:
-    return colleagues.call("fleet", quick=plan.name == "quick")
+    return celery_fleet.run(quick=plan.name == "quick")
 
 
 def latency_wakeup(plan: Plan) -> dict[str, Any]:
-    return colleagues.call("latency", quick=plan.name == "quick")
+    return wakeup_latency.run(quick=plan.name == "quick")
 
 
 def relay_vs_kombu(plan: Plan) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def headline(res: dict[str, Any]) -> list[str]:
                 f"{_ok(r, TARGETS['history'])} |"
             )
     wake = res.get("latency_wakeup", {})
-    loads = wake.get("result", {}).get("under_load", []) if wake.get("status") == "ok" else []
+    loads = wake.get("under_load", [])
     at_1000 = [r for r in loads if r["rate"] == 1000 and r["wakeup"]]
     if at_1000:
         p99 = at_1000[0]["p99_ms"]
