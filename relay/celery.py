@@ -183,21 +183,29 @@ class Waker:
                 log.warning("relay wake-up not sent, the tick will relay the events: %s", exc)
 
 
-def _listen_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
-    """The ``beat_init`` handler that starts the deployment's one listener (PostgreSQL, with
-    ``RELAY_NOTIFY`` on) in ``app``'s beat: each notification asks for a ``claim_and_dispatch``,
-    at most one per ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with workers. The
-    listener holds an advisory lock, so a second beat on the same database stands by."""
+def _watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
+    """The ``beat_init`` handler that starts the deployment's one watcher in ``app``'s beat and
+    turns what it sees into ``claim_and_dispatch`` tasks, at most one per
+    ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
+
+    On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a :class:`relay.listener.Listener`
+    holding an advisory lock (a second beat on the same database stands by); elsewhere a
+    :class:`relay.listener.Poller` looks for claimable rows adaptively, floor to tick."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
         from relay import listener
+        from relay.store import Store
 
-        if not listener.supports(settings.database_url):
-            return
-        waker = Waker(app, settings, min_interval=settings.poll_floor_seconds)
-        listener.Listener(settings.database_url, waker, exclusive=True).start()
+        s = settings
+        waker = Waker(app, s, min_interval=s.poll_floor_seconds)
+        if s.notify and listener.supports(s.database_url):
+            listener.Listener(s.database_url, waker, exclusive=True).start()
+        else:
+            store = Store.from_url(s.database_url)
+            listener.Poller(store, waker, s.poll_floor_seconds, s.tick_seconds).start()
+            log.info("relay poller started: every %gs to %gs", s.poll_floor_seconds, s.tick_seconds)
 
     return start
 
@@ -285,8 +293,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.worker_shutting_down.connect(runtime.stop, weak=False)
     signals.worker_process_shutdown.connect(runtime.close, weak=False)
     signals.worker_shutdown.connect(runtime.close, weak=False)
-    if s.notify:
-        signals.beat_init.connect(_listen_in_beat(app, settings), weak=False)
+    signals.beat_init.connect(_watch_in_beat(app, settings), weak=False)
     if wakeup:
         enable_wakeup(app, settings)
     return runtime

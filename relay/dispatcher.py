@@ -408,7 +408,7 @@ class Dispatcher:
         rows, doubling after each empty one up to ``idle_seconds`` (default: the tick).
         """
         idle = self.settings.tick_seconds if idle_seconds is None else idle_seconds
-        poll = IdlePoll(min(self.settings.poll_floor_seconds, idle), idle)
+        poll = timing.IdlePoll(min(self.settings.poll_floor_seconds, idle), idle)
         bell = stop if wake is None else wake
         total = Report()
         db_backoff = timing.DATABASE_RETRY_FIRST_SECONDS
@@ -433,21 +433,3 @@ class Dispatcher:
                     poll.reset()
                 bell.wait(idle if wake is not None else poll.next())
         return total
-
-
-class IdlePoll:
-    """The adaptive poll's waits: ``floor`` after activity, doubling to ``ceiling`` while the
-    outbox stays empty. Idle, a process claims ``1 / ceiling`` times a second; after a burst,
-    about ``log2(ceiling / floor)`` more claims until it is back at the ceiling."""
-
-    def __init__(self, floor: float, ceiling: float) -> None:
-        self.floor, self.ceiling = floor, ceiling
-        self._next = ceiling
-
-    def reset(self) -> None:
-        self._next = self.floor
-
-    def next(self) -> float:
-        wait = self._next
-        self._next = min(self.ceiling, wait * 2)
-        return wait

@@ -1,4 +1,5 @@
-"""PostgreSQL LISTEN loop: turns the commit-time NOTIFYs of the outbox trigger into claims.
+"""PostgreSQL LISTEN loop: turns the commit-time NOTIFYs of the outbox trigger into claims;
+and the adaptive :class:`Poller` that stands in for it on other databases.
 
 Migration 0004 makes every statement that inserts into ``outbox`` NOTIFY :data:`CHANNEL` when
 its transaction commits: a rolled-back insert notifies nothing, and PostgreSQL folds one
@@ -30,6 +31,8 @@ import sqlalchemy as sa
 
 from relay import timing
 from relay.engine import normalize_url
+from relay.exceptions import StoreError
+from relay.store import Store
 from relay.urls import redact
 
 log = logging.getLogger(__name__)
@@ -164,4 +167,47 @@ class Listener:
                 quiet_since = time.monotonic()
 
 
-__all__ = ["CHANNEL", "LOCK_KEY", "Listener", "conninfo", "supports"]
+class Poller:
+    """Where there is no NOTIFY (MySQL, MariaDB, SQLite, or ``RELAY_NOTIFY=0``): looks for
+    claimable rows in a daemon thread and calls ``on_found`` when there are some.
+
+    It looks ``floor`` seconds after finding rows, doubling the wait after each look that found
+    none, up to ``ceiling`` (the tick): idle, it costs one bounded count of the claim index per
+    ceiling. A look that fails is logged and retried at the next one.
+    """
+
+    def __init__(
+        self, store: Store, on_found: Callable[[], None], floor: float, ceiling: float
+    ) -> None:
+        self.store, self.on_found = store, on_found
+        self.poll = timing.IdlePoll(floor, ceiling)
+        #: Looks so far, and how many found rows.
+        self.looks = self.found = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Poller:
+        self._thread = threading.Thread(target=self.run, name="relay-poll", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        while not self._stop.wait(self.poll.next()):
+            self.looks += 1
+            try:
+                rows = self.store.backlog(1)
+            except StoreError as exc:
+                log.warning("relay poller could not look for new rows: %s", exc)
+                continue
+            if rows:
+                self.found += 1
+                self.on_found()
+                self.poll.reset()
+
+
+__all__ = ["CHANNEL", "LOCK_KEY", "Listener", "Poller", "conninfo", "supports"]

@@ -1,4 +1,5 @@
-"""The timing fractions and bounds the relay runs by, named in one place; pure.
+"""The timing fractions and bounds the relay runs by, named in one place, and the adaptive
+poll's waits; pure.
 
 Most are shares of the lease (``RELAY_LEASE_SECONDS``): whatever a worker does with a batch
 must end well inside the lease it holds on it, so these scale with it.
@@ -29,3 +30,21 @@ DATABASE_RETRY_FIRST_SECONDS, DATABASE_RETRY_MAX_SECONDS = 0.1, 5.0
 LISTEN_HEARTBEAT_SECONDS = 5.0
 #: First and longest wait before the listener reconnects (doubling in between).
 LISTEN_RETRY_FIRST_SECONDS, LISTEN_RETRY_MAX_SECONDS = 0.1, 5.0
+
+
+class IdlePoll:
+    """The adaptive poll's waits: ``floor`` after activity, doubling to ``ceiling`` while the
+    outbox stays empty. Idle, a process claims ``1 / ceiling`` times a second; after a burst,
+    about ``log2(ceiling / floor)`` more claims until it is back at the ceiling."""
+
+    def __init__(self, floor: float, ceiling: float) -> None:
+        self.floor, self.ceiling = floor, ceiling
+        self._next = ceiling
+
+    def reset(self) -> None:
+        self._next = self.floor
+
+    def next(self) -> float:
+        wait = self._next
+        self._next = min(self.ceiling, wait * 2)
+        return wait

@@ -220,3 +220,28 @@ def test_celery_fleet_is_woken_by_one_listener_in_beat(
     bound = burst_seconds / 0.025 + 2
     assert 1 <= tasks <= bound, (tasks, burst_seconds)
     print(f"10,000 commits in {burst_seconds:.1f}s -> {tasks} wake-up tasks (bound {bound:.0f})")
+
+
+def test_celery_fleet_on_mariadb_is_woken_by_the_poller_in_beat(
+    mysql_url: str, amqp_url: str, exchange_name: str, tmp_path: Path
+) -> None:
+    """MariaDB, beat + 1 worker at the default tick: beat's poller looks for rows adaptively and
+    sends a wake-up when it finds some, so a steady producer's events take under 300 ms."""
+    engine = sa.create_engine(mysql_url)
+    env = relay_env(
+        database_url=mysql_url,
+        broker_url=amqp_url,
+        exchange=exchange_name,
+        queue=celery_fleet.unique_queue(),
+        tick_seconds=1,
+    )
+    try:
+        with celery_fleet.fleet(env, tmp_path) as f:
+            f.worker("w1")
+            f.beat().wait_for_log("relay poller started")
+            with Arrivals(amqp_url, exchange_name) as arrivals:
+                latencies(engine, arrivals, 1, 0.0)
+                measured = latencies(engine, arrivals, 40, 0.02)
+    finally:
+        engine.dispose()
+    assert max(measured) < 0.3, measured
