@@ -192,3 +192,22 @@ def test_lock_keys_lets_crossing_multi_key_transactions_wait_instead_of_deadlock
     assert not errors, errors
     got = sorted((r["ordering_key"], r["seq"]) for r in rows(engine).values())
     assert got == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
+
+
+def test_a_run_whose_lease_was_taken_over_is_not_marked_and_the_new_holder_moves_the_key(
+    store: Store, engine: sa.Engine
+) -> None:
+    """A relay whose run was reclaimed after its lease ran out records nothing for it (the
+    fence); the relay that holds the run now marks it and moves the key's progress."""
+    from tests.support.rows import expire_leases
+
+    enqueue_many(engine, 4, ordering_key="k")
+    stale = store.claim("old", 100, lease_seconds=60)
+    expire_leases(engine)
+    fresh = store.claim("new", 100, lease_seconds=60)
+    assert [e.seq for e in fresh] == [1, 2, 3, 4]
+    done = store.complete("old", sent=stale)
+    assert (done.sent, done.lost) == (0, 4)
+    assert _progress(engine, "k") == 0
+    assert store.complete("new", sent=fresh).sent == 4
+    assert _progress(engine, "k") == 4
