@@ -5,34 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+from relay import operate
 from relay.config import DATABASE_ONLY, Settings
-from relay.exceptions import ConfigError, RelayError
+from relay.exceptions import ConfigError, RelayError, SelectorError
 from relay.urls import redact
 
 log = logging.getLogger("relay")
+parse_duration = operate.parse_duration
+
 #: What ``relay --help`` says first: plain words, not the module docstring's markup.
 DESCRIPTION = (
     "Operate the transactional-outbox relay: create the outbox table, watch it, relay its "
     "events to the broker without Celery, and recover dead letters. Settings come from the "
     "RELAY_* environment variables; each command reads only the ones it uses."
 )
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
-    return float(match[1]) * _UNITS[match[2] or "s"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,19 +45,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("failed", help="inspect and recover dead-lettered events")
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    fl = fsub.add_parser("list", help="list failed events, oldest first")
-    fl.add_argument("--limit", type=int, default=100)
-    fl.add_argument("--json", action="store_true")
+    operate.add_filters(
+        fsub.add_parser("list", help="list failed events, oldest first"), action=False
+    )
     for name, verb in (("retry", "put back to pending with fresh attempts"), ("purge", "delete")):
-        fp = fsub.add_parser(name, help=f"{verb} failed events")
-        target = fp.add_mutually_exclusive_group(required=True)
-        target.add_argument("ids", nargs="*", type=int, default=[], help="outbox ids")
-        target.add_argument("--all", action="store_true", help="every failed event")
+        operate.add_filters(
+            fsub.add_parser(
+                name,
+                help=f"{verb} failed events: ids, a filter or --all (nothing without one)",
+            ),
+            action=True,
+        )
+
+    p = sub.add_parser("pending", help="inspect the backlog and the leases held")
+    psub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pl = psub.add_parser("list", help="pending and processing events, oldest first")
+    operate.add_filters(pl, action=False)
+    pl.add_argument(
+        "--status", action="append", choices=["pending", "processing"], help="only this status"
+    )
 
     p = sub.add_parser("purge-sent", help="delete sent rows older than a retention")
     p.add_argument(
         "--older-than",
-        type=parse_duration,
+        type=operate.parse_duration,
         required=True,
         metavar="DURATION",
         help="e.g. 7d, 12h, 3600",
@@ -75,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inbox", help="consumers' inbox retention and dead letters")
     isub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     ip = isub.add_parser("purge", help="delete inbox rows received longer ago than a duration")
-    ip.add_argument("--older-than", type=parse_duration, required=True, metavar="DURATION")
+    ip.add_argument("--older-than", type=operate.parse_duration, required=True, metavar="DURATION")
     ip.add_argument("--batch-size", type=int, default=1000)
     for name, verb in (("dead", "list the dead letters of"), ("redrive", "re-drive")):
         ip = isub.add_parser(name, help=f"{verb} an event queue (<QUEUE>.dead on the broker)")
@@ -118,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(_COMMANDS[args.command](settings, args) or 0)
     except RelayError as exc:
         print(f"relay: {redact(str(exc))}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, ConfigError | SelectorError) else 1
 
 
 def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -199,23 +202,11 @@ def _listener(settings: Settings, wake: threading.Event) -> Any:
 
 
 def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:
-    store = _store(settings)
-    if args.action == "list":
-        rows = store.list_failed(args.limit)
-        if args.json:
-            print(json.dumps(rows, indent=2, default=str))
-        elif not rows:
-            print("no failed events")
-        for row in [] if args.json else rows:
-            fields = (row["id"], row["event_type"], f"attempt {row['attempt']}", row["last_error"])
-            print("\t".join(map(str, fields)))
-        return 0
-    ids = None if args.all else list(args.ids)
-    if args.action == "retry":
-        print(f"{store.retry_failed(ids)} failed events back to pending")
-    else:
-        print(f"{store.purge_failed(ids)} failed events deleted")
-    return 0
+    return operate.failed(_store(settings), args)
+
+
+def _cmd_pending(settings: Settings, args: argparse.Namespace) -> int:
+    return operate.pending(_store(settings), args)
 
 
 def _cmd_purge_sent(settings: Settings, args: argparse.Namespace) -> int:
@@ -281,6 +272,7 @@ _USES: dict[str, frozenset[str] | None] = {
     "migrate": DATABASE_ONLY | {"broker_url", "events_url"},
     "status": DATABASE_ONLY,
     "failed": DATABASE_ONLY,
+    "pending": DATABASE_ONLY,
     "purge-sent": DATABASE_ONLY,
     "inbox": DATABASE_ONLY | {"broker_url", "events_url"},
     # The demo builds its own settings: a throw-away database and the in-memory transport.
@@ -292,6 +284,7 @@ _COMMANDS = {
     "status": _cmd_status,
     "dispatch": _cmd_dispatch,
     "failed": _cmd_failed,
+    "pending": _cmd_pending,
     "purge-sent": _cmd_purge_sent,
     "inbox": _cmd_inbox,
     "demo": _cmd_demo,

@@ -7,6 +7,8 @@ Tree (and where each is raised)::
     │                             relay.config, relay.engine (a URL that does not parse)
     ├── EventError              enqueue() refused an event (names the field); nothing was written
     │                             relay.producer; also a ValueError
+    ├── SelectorError           an operator's action selected nothing and did not say "all"
+    │                             relay.filters
     ├── StoreError              the outbox database failed
     │   │                         relay.store, relay.engine (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable
@@ -44,6 +46,10 @@ class EventError(RelayError, ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"event refused: {field} {problem}")
+
+
+class SelectorError(RelayError):
+    """The action names no rows: give ids, a filter or all."""
 
 
 class StoreError(RelayError):

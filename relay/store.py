@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +18,9 @@ from sqlalchemy import exc as sa_exc
 from relay import dialects
 from relay.engine import create_engine
 from relay.exceptions import DatabaseUnavailable, StoreError
-from relay.records import Buried, ClaimedEvent, Released, Rescheduled, StatusReport
+from relay.filters import EventFilter
+from relay.records import Buried, ClaimedEvent, Released, Rescheduled, Status, StatusReport
+from relay.schema import outbox
 from relay.urls import redact
 
 log = logging.getLogger(__name__)
@@ -185,13 +187,9 @@ class Store:
                         break
                     kept += 1
                 runs[key] = run[:kept]
-        moves = [
-            {"b_key": key, "b_from": int(progress[key]), "b_to": int(progress[key]) + len(run)}
-            for key, run in runs.items()
-            if run
-        ]
+        moves = {key: int(progress[key]) + len(run) for key, run in runs.items() if run}
         if moves:
-            _executemany(conn, self.dialect.advance(), moves)
+            conn.execute(self.dialect.set_progress(moves))
         return sum(len(run) for run in runs.values())
 
     def _release(self, conn: Connection, worker: str, group: Released) -> int:
@@ -251,26 +249,57 @@ class Store:
         with self._tx() as conn:
             return int(conn.execute(self.dialect.backlog(limit)).scalar() or 0)
 
+    def list_events(
+        self, f: EventFilter, limit: int = 100, after: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows the filter selects, by id after ``after``: a page of at most ``limit``."""
+        with self._tx() as conn:
+            stmt = self.dialect.list_events(self.dialect.matching(f), limit, after)
+            return [dict(r) for r in conn.execute(stmt).mappings()]
+
+    def count_events(self, f: EventFilter) -> int:
+        """How many rows the filter selects."""
+        with self._tx() as conn:
+            return int(
+                conn.execute(self.dialect.count_matching(self.dialect.matching(f))).scalar_one()
+            )
+
     def list_failed(self, limit: int = 100) -> list[dict[str, Any]]:
         """Dead-lettered rows, oldest first."""
-        with self._tx() as conn:
-            return [dict(r) for r in conn.execute(self.dialect.list_failed(limit)).mappings()]
+        return self.list_events(EventFilter(statuses=(Status.FAILED,)), limit)
 
-    def retry_failed(self, ids: Sequence[int] | None = None) -> int:
-        """Put failed rows (all, or ``ids``) back to pending with their attempts reset."""
+    def retry_failed(
+        self, f: EventFilter | Sequence[int] | None = None, *, dry_run: bool = False
+    ) -> Changed:
+        """Put the failed rows the filter selects (all, or these ids) back to pending with
+        fresh attempts; a dry run counts them and changes nothing."""
+        matching = self.dialect.matching(_failed(f).for_action("retry"))
         with self._tx() as conn:
-            return conn.execute(self.dialect.retry_failed(ids)).rowcount
+            matched = int(
+                conn.execute(self.dialect.count_matching(_and_failed(matching))).scalar_one()
+            )
+            if dry_run:
+                return Changed(matched, 0)
+            return Changed(matched, conn.execute(self.dialect.retry_failed(matching)).rowcount)
 
-    def purge_failed(self, ids: Sequence[int] | None = None) -> int:
-        """Delete failed rows (all, or ``ids``); a purged failed head no longer holds its key,
-        whose progress moves past it."""
+    def purge_failed(
+        self, f: EventFilter | Sequence[int] | None = None, *, dry_run: bool = False
+    ) -> Changed:
+        """Delete the failed rows the filter selects (all, or these ids); a purged failed head
+        no longer holds its key, whose progress moves past it. A dry run changes nothing."""
+        matching = self.dialect.matching(_failed(f).for_action("purge"))
         with self._tx() as conn:
-            places = conn.execute(self.dialect.failed_places(ids)).all()
-            n = conn.execute(self.dialect.purge_failed(ids)).rowcount
+            matched = int(
+                conn.execute(self.dialect.count_matching(_and_failed(matching))).scalar_one()
+            )
+            if dry_run:
+                return Changed(matched, 0)
+            places = conn.execute(self.dialect.failed_places(matching)).all()
+            n = conn.execute(self.dialect.purge_failed(matching)).rowcount
             moves = [{"b_key": k, "b_from": int(s) - 1, "b_to": int(s)} for k, s in places]
             if moves:
                 _executemany(conn, self.dialect.advance(), moves)
-            return n
+            return Changed(matched, n)
 
     def purge_sent(
         self,
@@ -297,6 +326,27 @@ class Store:
             if n < batch_size:
                 break
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """What an operator's action selected and what it changed (0 on a dry run)."""
+
+    matched: int
+    changed: int
+
+
+def _failed(f: EventFilter | Sequence[int] | None) -> EventFilter:
+    """A filter over failed rows: ids (the old calling style), all (None), or the filter."""
+    if f is None:
+        return EventFilter(statuses=(Status.FAILED,), all=True)
+    if isinstance(f, EventFilter):
+        return replace(f, statuses=(Status.FAILED,))
+    return EventFilter(statuses=(Status.FAILED,), ids=tuple(f))
+
+
+def _and_failed(matching: Any) -> Any:
+    return sa.and_(outbox.c.status == Status.FAILED.value, matching)
 
 
 def _keys(events: Sequence[ClaimedEvent]) -> list[tuple[int, int]]:

@@ -13,8 +13,8 @@ number of rows waiting behind a head.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -28,16 +28,20 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     delete,
     func,
+    literal,
     literal_column,
     null,
     or_,
     select,
+    true,
     tuple_,
     update,
 )
 
+from relay.filters import EventFilter, like_pattern
 from relay.records import Status
 from relay.schema import outbox, outbox_progress
 
@@ -51,6 +55,21 @@ CLAIM_COLUMNS = (
     outbox.c.attempt,
     outbox.c.created_at,
     outbox.c.seq,
+)
+
+#: What an operator sees of a row in a list (not the payload: `relay failed list` is a table).
+EVENT_COLUMNS = (
+    outbox.c.id,
+    outbox.c.event_type,
+    outbox.c.ordering_key,
+    outbox.c.status,
+    outbox.c.attempt,
+    outbox.c.last_error,
+    outbox.c.locked_by,
+    outbox.c.locked_until,
+    outbox.c.next_retry_at,
+    outbox.c.created_at,
+    outbox.c.updated_at,
 )
 
 #: A locked head or run row: enough to cut runs at their first gap.
@@ -285,6 +304,21 @@ class Dialect:
         )
         return stmt.with_for_update()
 
+    def set_progress(self, moves: Mapping[str, int]) -> Update:
+        """Set each key's progress to its number in ``moves``, in one statement (the rows are
+        locked by this transaction)."""
+        return (
+            update(outbox_progress)
+            .where(outbox_progress.c.ordering_key.in_(list(moves)))
+            .values(
+                sent_seq=case(
+                    dict(moves),
+                    value=outbox_progress.c.ordering_key,
+                    else_=outbox_progress.c.sent_seq,
+                )
+            )
+        )
+
     def advance(self) -> Update:
         """Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany)."""
         return (
@@ -296,15 +330,51 @@ class Dialect:
             .values(sent_seq=bindparam("b_to"))
         )
 
-    def failed_places(self, ids: Sequence[int] | None) -> Select[Any]:
-        """Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+    def failed_places(self, matching: ColumnElement[bool]) -> Select[Any]:
+        """Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
         head moves its key's progress past it."""
-        stmt = select(outbox.c.ordering_key, outbox.c.seq).where(
-            outbox.c.status == FAILED, outbox.c.seq.is_not(None)
+        return select(outbox.c.ordering_key, outbox.c.seq).where(
+            outbox.c.status == FAILED, outbox.c.seq.is_not(None), matching
         )
-        if ids is not None:
-            stmt = stmt.where(outbox.c.id.in_(ids))
-        return stmt
+
+    def matching(self, f: EventFilter) -> ColumnElement[bool]:
+        """The rows an operator's filter selects (``relay.filters``)."""
+        conditions: list[ColumnElement[bool]] = []
+        if f.statuses:
+            conditions.append(outbox.c.status.in_([lit(s) for s in f.statuses]))
+        if f.ids:
+            conditions.append(outbox.c.id.in_(f.ids))
+        if f.event_type is not None:
+            conditions.append(outbox.c.event_type.like(like_pattern(f.event_type), escape="\\"))
+        if f.key is not None:
+            conditions.append(outbox.c.ordering_key == f.key)
+        if f.error is not None:
+            conditions.append(
+                func.lower(outbox.c.last_error).contains(f.error.lower(), autoescape=True)
+            )
+        if f.since is not None:
+            conditions.append(outbox.c.created_at >= self._instant(f.since))
+        if f.until is not None:
+            conditions.append(outbox.c.created_at < self._instant(f.until))
+        return and_(true(), *conditions)
+
+    def _instant(self, when: datetime | timedelta) -> ColumnElement[datetime] | datetime:
+        if isinstance(when, timedelta):
+            return self.now_plus(literal(-when.total_seconds(), Float))
+        return when
+
+    def list_events(
+        self, matching: ColumnElement[bool], limit: int, after: int | None
+    ) -> Select[Any]:
+        """Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET)."""
+        stmt = select(*EVENT_COLUMNS).where(matching)
+        if after is not None:
+            stmt = stmt.where(outbox.c.id > after)
+        return stmt.order_by(outbox.c.id).limit(limit)
+
+    def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
+        """How many rows ``matching`` selects."""
+        return select(func.count()).select_from(outbox).where(matching)
 
     # -- per-key sequence: the producers' side of the fence ----------------------------------
     def next_seq(self, conn: Connection, key: str) -> int:
@@ -390,27 +460,9 @@ class Dialect:
         """
         return True
 
-    def list_failed(self, limit: int) -> Select[Any]:
-        """Dead-lettered rows, oldest first."""
-        return (
-            select(
-                outbox.c.id,
-                outbox.c.event_type,
-                outbox.c.attempt,
-                outbox.c.last_error,
-                outbox.c.created_at,
-                outbox.c.updated_at,
-            )
-            .where(outbox.c.status == FAILED)
-            .order_by(outbox.c.id)
-            .limit(limit)
-        )
-
-    def retry_failed(self, ids: Sequence[int] | None) -> Update:
-        """Failed rows (all, or those in ``ids``) go back to pending with fresh attempts."""
-        stmt = update(outbox).where(outbox.c.status == FAILED)
-        if ids is not None:
-            stmt = stmt.where(outbox.c.id.in_(ids))
+    def retry_failed(self, matching: ColumnElement[bool]) -> Update:
+        """The failed rows ``matching`` selects go back to pending with fresh attempts."""
+        stmt = update(outbox).where(outbox.c.status == FAILED, matching)
         return stmt.values(
             status=PENDING,
             attempt=0,
@@ -420,12 +472,9 @@ class Dialect:
             updated_at=self.now(),
         )
 
-    def purge_failed(self, ids: Sequence[int] | None) -> Delete:
-        """Delete failed rows (all, or those in ``ids``)."""
-        stmt = delete(outbox).where(outbox.c.status == FAILED)
-        if ids is not None:
-            stmt = stmt.where(outbox.c.id.in_(ids))
-        return stmt
+    def purge_failed(self, matching: ColumnElement[bool]) -> Delete:
+        """Delete the failed rows ``matching`` selects."""
+        return delete(outbox).where(outbox.c.status == FAILED, matching)
 
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
         """Delete up to ``limit`` sent rows older than the retention, oldest first."""

@@ -143,7 +143,7 @@ def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:
     store.complete("w", buried=[Buried(head, "poison")])
     store.release("w", [second], 0.0, "an earlier row of its key failed")
     assert store.claim("w", 100, lease_seconds=60) == []
-    assert store.retry_failed([a[0]]) == 1
+    assert store.retry_failed([a[0]]).changed == 1
     again = store.claim("w", 100, lease_seconds=60)
     assert [(e.id, e.attempt) for e in again] == [(a[0], 1), (a[1], 1)]
 
@@ -155,6 +155,6 @@ def test_purging_a_failed_head_lets_its_key_go_on(store: Store, engine: sa.Engin
 
     (head,) = store.claim("w", 1, lease_seconds=60)
     store.complete("w", buried=[Buried(head, "poison")])
-    assert store.purge_failed([a[0]]) == 1
+    assert store.purge_failed([a[0]]).changed == 1
     (nxt,) = store.claim("w", 100, lease_seconds=60)
     assert (nxt.id, nxt.seq) == (a[1], 2)

@@ -58,7 +58,7 @@ def test_failed_list_retry_and_purge(db_url: str, engine: sa.Engine, store: Stor
     """Operators list dead letters, retry some (fresh attempts), purge the rest."""
     ids = enqueue_many(engine, 3)
     _bury(store, 3)
-    listed = json.loads(relay_cmd(db_url, "failed", "list", "--json").stdout)
+    listed = json.loads(relay_cmd(db_url, "failed", "list", "--json").stdout)["events"]
     assert [r["id"] for r in listed] == ids
     assert listed[0]["last_error"] == f"poison {ids[0]}"
 
@@ -94,10 +94,11 @@ def test_purge_sent_deletes_only_old_sent_rows(
 
 
 def test_bad_configuration_fails_fast_naming_the_variable(db_url: str) -> None:
-    """A bad RELAY_* value exits 2 with a message naming the variable; nothing runs."""
+    """A bad RELAY_* value of a setting the command uses exits 2 with a message naming the
+    variable; nothing runs (`relay status` would not read RELAY_BATCH_SIZE at all)."""
     env = {**os.environ, "RELAY_DATABASE_URL": db_url, "RELAY_BATCH_SIZE": "lots"}
     out = subprocess.run(
-        [sys.executable, "-m", "relay", "status"],
+        [sys.executable, "-m", "relay", "dispatch", "--once"],
         env=env,
         capture_output=True,
         text=True,

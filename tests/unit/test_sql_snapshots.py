@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql import ClauseElement
 
 from relay.dialects import Dialect, for_name
+from relay.filters import EventFilter
+from relay.records import Status
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SA_DIALECTS: dict[str, SADialect] = {
@@ -46,6 +49,18 @@ NOT_STATEMENTS = {
 }
 
 
+#: An operator's filter with every selector, so its SQL is in the snapshot.
+OPERATOR_FILTER = EventFilter(
+    statuses=(Status.FAILED,),
+    ids=(7, 8),
+    event_type="order.*",
+    key="order-1",
+    error="Unroutable",
+    since=timedelta(hours=2),
+    until=datetime(2026, 12, 1, tzinfo=UTC),
+)
+
+
 def _canned(dialect: Dialect, name: str) -> Any:
     values: dict[str, Any] = {
         "worker": "worker-1",
@@ -53,7 +68,11 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "lease_seconds": 30.0,
         "older_than_seconds": 3600.0,
         "ids": None,
+        "moves": {"order-1": 7, "order-2": 3},
         "due": dialect.claimable(),
+        "f": OPERATOR_FILTER,
+        "matching": dialect.matching(OPERATOR_FILTER),
+        "after": 500,
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")

@@ -27,15 +27,20 @@ WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 SELECT outbox.status, count(*) AS count_1
 FROM outbox GROUP BY outbox.status;
 
+-- count_matching: How many rows ``matching`` selects.
+SELECT count(*) AS count_1
+FROM outbox
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+
 -- expired_leases: How many processing rows have an expired lease.
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6));
 
--- failed_places: Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+-- failed_places: Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
-WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL;
+WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
@@ -54,14 +59,17 @@ SELECT last_insert_id() AS last_insert_id_1;
 -- lease_statement: Lease the picked rows; bind ``ids``.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %s), locked_by=%s, locked_until=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
--- list_failed: Dead-lettered rows, oldest first.
-SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
+-- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
+SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
 FROM outbox
-WHERE outbox.status = 'failed' ORDER BY outbox.id
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s ORDER BY outbox.id
  LIMIT %s;
 
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)), sent_at=(UTC_TIMESTAMP(6)) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
+
+-- matching: The rows an operator's filter selects (``relay.filters``).
+outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT timestampdiff(MICROSECOND, (SELECT min(outbox.created_at) AS min_1
@@ -79,8 +87,8 @@ SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
 FROM outbox_progress
 WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_progress.ordering_key FOR UPDATE;
 
--- purge_failed: Delete failed rows (all, or those in ``ids``).
-DELETE FROM outbox WHERE outbox.status = 'failed';
+-- purge_failed: Delete the failed rows ``matching`` selects.
+DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
 DELETE FROM outbox WHERE outbox.id IN (SELECT victims.id
@@ -101,13 +109,16 @@ UPDATE outbox SET status='pending', next_retry_at=timestampadd(MICROSECOND, CAST
 -- reserve_key: ``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it).
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, %s) ON DUPLICATE KEY UPDATE last_seq = outbox_sequence.last_seq;
 
--- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
-UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.status = 'failed';
+-- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.
+UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) FOR UPDATE SKIP LOCKED;
+
+-- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
+UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %s THEN %s WHEN %s THEN %s ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
 
 -- start_progress: ``INSERT IGNORE … (key, 0)`` into ``outbox_progress``.
 INSERT IGNORE INTO outbox_progress (ordering_key, sent_seq) VALUES (%s, %s);

@@ -27,15 +27,20 @@ WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (out
 SELECT outbox.status, count(*) AS count_1
 FROM outbox GROUP BY outbox.status;
 
+-- count_matching: How many rows ``matching`` selects.
+SELECT count(*) AS count_1
+FROM outbox
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
 -- expired_leases: How many processing rows have an expired lease.
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < now();
 
--- failed_places: Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+-- failed_places: Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
-WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL;
+WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
@@ -51,14 +56,17 @@ WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attemp
 -- lease_statement: Lease the rows bound as ``ids`` (locked by this transaction), returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
 
--- list_failed: Dead-lettered rows, oldest first.
-SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
+-- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
+SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
 FROM outbox
-WHERE outbox.status = 'failed' ORDER BY outbox.id
- LIMIT %(param_1)s::INTEGER;
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE AND outbox.id > %(id_2)s::BIGINT ORDER BY outbox.id
+ LIMIT %(param_2)s::INTEGER;
 
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+
+-- matching: The rows an operator's filter selects (``relay.filters``).
+outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
@@ -70,8 +78,8 @@ SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
 FROM outbox_progress
 WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_progress.ordering_key FOR UPDATE;
 
--- purge_failed: Delete failed rows (all, or those in ``ids``).
-DELETE FROM outbox WHERE outbox.status = 'failed';
+-- purge_failed: Delete the failed rows ``matching`` selects.
+DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
 DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
@@ -91,13 +99,16 @@ UPDATE outbox SET status='pending', next_retry_at=(now() + %(b_delay)s * interva
 -- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO UPDATE SET last_seq = last_seq`` (locks it).
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = outbox_sequence.last_seq;
 
--- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
-UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=now() WHERE outbox.status = 'failed';
+-- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.
+UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=now() WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- run_statement: The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox, unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, seq)
 WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) FOR UPDATE OF outbox SKIP LOCKED;
+
+-- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
+UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %(param_1)s::VARCHAR THEN %(param_2)s::INTEGER WHEN %(param_3)s::VARCHAR THEN %(param_4)s::INTEGER ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
 
 -- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
 INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (%(key)s::VARCHAR, %(sent_seq)s::BIGINT) ON CONFLICT (ordering_key) DO NOTHING;

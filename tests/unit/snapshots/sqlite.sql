@@ -25,15 +25,20 @@ WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (out
 SELECT outbox.status, count(*) AS count_1
 FROM outbox GROUP BY outbox.status;
 
+-- count_matching: How many rows ``matching`` selects.
+SELECT count(*) AS count_1
+FROM outbox
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
 -- expired_leases: How many processing rows have an expired lease.
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'));
 
--- failed_places: Keys and numbers of failed ordered rows (all, or those in ``ids``): purging a failed
+-- failed_places: Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
-WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL;
+WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
@@ -49,14 +54,17 @@ WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
 
--- list_failed: Dead-lettered rows, oldest first.
-SELECT outbox.id, outbox.event_type, outbox.attempt, outbox.last_error, outbox.created_at, outbox.updated_at
+-- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
+SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
 FROM outbox
-WHERE outbox.status = 'failed' ORDER BY outbox.id
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ? ORDER BY outbox.id
  LIMIT ? OFFSET ?;
 
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')), sent_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- matching: The rows an operator's filter selects (``relay.filters``).
+outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
@@ -68,8 +76,8 @@ SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
 FROM outbox_progress
 WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_progress.ordering_key;
 
--- purge_failed: Delete failed rows (all, or those in ``ids``).
-DELETE FROM outbox WHERE outbox.status = 'failed';
+-- purge_failed: Delete the failed rows ``matching`` selects.
+DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
 DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
@@ -89,13 +97,16 @@ UPDATE outbox SET status='pending', next_retry_at=strftime(?, 'now', printf(?, ?
 -- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
 
--- retry_failed: Failed rows (all, or those in ``ids``) go back to pending with fresh attempts.
-UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.status = 'failed';
+-- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.
+UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
+
+-- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
+UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN ? THEN ? WHEN ? THEN ? ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
 
 -- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
 INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
