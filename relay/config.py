@@ -69,6 +69,9 @@ class Settings:
     #: Shortest wait of adaptive polling after a claim found nothing (doubling up to the tick),
     #: and the shortest gap between two wake-ups the Celery fleet's listener sends.
     poll_floor_seconds: float = 0.025
+    #: Port of the Prometheus endpoint of ``relay dispatch --loop`` and of relay Celery workers
+    #: (``relay.metrics``); None: no endpoint, no metrics kept.
+    metrics_port: int | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -196,6 +199,13 @@ class Settings:
             self.purge_interval_seconds,
             "must be > 0",
         )
+        if self.metrics_port is not None:
+            _check(
+                1 <= self.metrics_port <= 65535,
+                "RELAY_METRICS_PORT",
+                self.metrics_port,
+                "must be a TCP port, 1..65535",
+            )
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),
@@ -305,6 +315,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "str": str,
     "str | None": str,
     "int": _parse_int,
+    "int | None": _parse_int,
     "float": _parse_float,
     "bool": _parse_bool,
 }

@@ -39,6 +39,9 @@ BAD_VALUES = [
     ("RELAY_NOTIFY", "2", "is not a boolean"),
     ("RELAY_POLL_FLOOR_SECONDS", "0", "> 0"),
     ("RELAY_POLL_FLOOR_SECONDS", "nan", "finite"),
+    ("RELAY_METRICS_PORT", "0", "1..65535"),
+    ("RELAY_METRICS_PORT", "65536", "1..65535"),
+    ("RELAY_METRICS_PORT", "http", "is not an integer"),
 ]
 
 
@@ -92,6 +95,8 @@ EDGE_VALUES = [
     ("RELAY_NOTIFY", "1"),
     ("RELAY_POLL_FLOOR_SECONDS", "0.001"),
     ("RELAY_POLL_FLOOR_SECONDS", "3600"),
+    ("RELAY_METRICS_PORT", "1"),
+    ("RELAY_METRICS_PORT", "65535"),
 ]
 
 
