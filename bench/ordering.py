@@ -68,7 +68,8 @@ def database(backend: str) -> Iterator[str]:
         yield url
     finally:
         with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quote}{name}{quote}"))
+            force = " WITH (FORCE)" if backend == "postgresql" else ""
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quote}{name}{quote}{force}"))
         admin.dispose()
 
 

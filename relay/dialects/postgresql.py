@@ -106,9 +106,33 @@ class PostgresDialect(Dialect):
         stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
         return list(conn.execute(stmt, {"ids": list(ids)}).mappings())
 
+    def _probe(self, key: ColumnElement[Any], seq: ColumnElement[Any]) -> Any:
+        # A LATERAL probe with LIMIT 1 is never flattened into a join: each place is one
+        # lookup in the unique (ordering_key, seq) index. As a plain join the planner, without
+        # fresh statistics on a backlog that just arrived, reads "due" as matching one row and
+        # scans the whole table instead (measured: 35 ms a claim at 10,000 rows, not 0.3 ms).
+        return (
+            select(*_PLACE)
+            .where(outbox.c.ordering_key == key, outbox.c.seq == seq, self.due())
+            .limit(1)
+            .with_for_update(skip_locked=True)
+            .lateral("o")
+        )
+
+    def heads_statement(self, limit: int) -> Select[Any]:
+        """Claimable heads of their key (number ``sent_seq + 1``), oldest first, each locked by
+        a LATERAL probe per key."""
+        probe = self._probe(outbox_progress.c.ordering_key, outbox_progress.c.sent_seq + 1)
+        return (
+            select(probe.c.id, probe.c.ordering_key, probe.c.seq)
+            .select_from(outbox_progress.join(probe, sa.true()))
+            .order_by(probe.c.id)
+            .limit(limit)
+        )
+
     def run_statement(self) -> Select[Any]:
-        """The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``
-        (unnested into a join, for the reason :meth:`_fence_many` gives), locked."""
+        """The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``,
+        each locked by a LATERAL probe."""
         places = (
             func.unnest(
                 bindparam("run_keys", type_=ARRAY(sa.String)),
@@ -117,12 +141,9 @@ class PostgresDialect(Dialect):
             .table_valued("ordering_key", "seq")
             .render_derived(name="p")
         )
-        return self.lock(
-            select(*_PLACE).where(
-                outbox.c.ordering_key == places.c.ordering_key,
-                outbox.c.seq == places.c.seq,
-                self.due(),
-            )
+        probe = self._probe(places.c.ordering_key, places.c.seq)
+        return select(probe.c.id, probe.c.ordering_key, probe.c.seq).select_from(
+            places.join(probe, sa.true())
         )
 
     def run_params(self, places: Sequence[tuple[str, int]]) -> dict[str, Any]:
