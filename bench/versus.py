@@ -12,8 +12,9 @@ read from the growth of a bound queue's depth while no consumer runs.
 One connection polls the queue depth (passive ``queue_declare``) every 20 ms. ``rate`` is the
 growth from the first poll that saw messages to the one that saw all of them over the time
 between; ``rate_from_start`` is ``events`` over the time from the go signal or the commit. The
-modes take turns within each repetition, and only one mode's processes run at a time. Every
-run must leave exactly ``events`` messages in the queue.
+modes take turns within each repetition (each repetition starts with the next mode), and only
+one mode's processes run at a time. Every run must leave exactly ``events`` messages in the
+queue.
 
 ``python -m bench.versus [--events 20000] [--processes 4] [--reps 3] [--baseline REV ...]``
 """
@@ -148,14 +149,17 @@ def run(
             relays[f"relay@{rev}"] = Workload(
                 [], procs.RELAY_READY, processes, 100, url, route, {"PYTHONPATH": path}
             )
-        for _ in range(reps):
-            truncate(engine)
-            route.purge()
-            runs["raw_kombu"].append(_raw(route, depth, events, processes))
-            _check(route, events)
-            for name, work in relays.items():
-                truncate(engine)
-                runs[name].append(_relay(work, engine, depth, events))
+        modes: list[str | None] = [None, *relays]  # None: raw Kombu
+        truncate(engine)
+        route.purge()
+        for rep in range(reps):
+            # Each repetition starts with another mode, so none always runs first.
+            for name in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
+                if name is None:
+                    runs["raw_kombu"].append(_raw(route, depth, events, processes))
+                else:
+                    runs[name].append(_relay(relays[name], engine, depth, events))
+                    truncate(engine)
                 _check(route, events)
     out: dict[str, Any] = {"events": events, "processes": processes, "window": WINDOW}
     raw = [r["rate"] for r in runs["raw_kombu"]]
