@@ -256,6 +256,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         def work() -> None:
             nonlocal extra
             dispatcher = runtime.dispatcher()
+            dispatcher.store.beat(TICK)  # `relay doctor` tells how long ago beat last ticked
             report.add(dispatcher.run_once())
             if report.drained or report.broker_error:
                 return

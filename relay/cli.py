@@ -37,11 +37,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="rows per status, oldest pending age, failed count")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--watch", action="store_true", help="a live view, refreshed every second")
+    p.add_argument("--count", type=int, default=None, help="with --watch: stop after N refreshes")
+
+    p = sub.add_parser("doctor", help="check the deployment; each problem comes with its fix")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("probe", help="health probes for Docker and Kubernetes (exit 0 = healthy)")
+    p.add_argument(
+        "kind",
+        choices=["ready", "live"],
+        help="ready: database and broker reachable; live: a dispatch loop's heartbeat is fresh",
+    )
+    p.add_argument("--heartbeat-file", help="live: the file `relay dispatch --loop` touches")
+    p.add_argument("--max-age", type=float, default=60.0, help="live: seconds (default 60)")
 
     p = sub.add_parser("dispatch", help="run the relay without Celery")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--once", action="store_true", help="drain once and exit")
     mode.add_argument("--loop", action="store_true", help="drain until SIGTERM/SIGINT")
+    p.add_argument(
+        "--heartbeat-file",
+        help="--loop: touch this file on every pass (for `relay probe live`)",
+    )
 
     p = sub.add_parser("failed", help="inspect and recover dead-lettered events")
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -144,6 +162,10 @@ def _store(settings: Settings) -> Any:
 
 
 def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    if args.watch:
+        from relay.watch import watch
+
+        return watch(_store(settings), count=args.count)
     report = _store(settings).status().as_dict()
     if args.json:
         print(json.dumps(report, indent=2))
@@ -154,6 +176,32 @@ def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     print(f"{'oldest pending':<12} {'-' if age is None else f'{age:.1f}s':>11}")
     print(f"{'expired leases':<12} {report['expired_leases']:>10}")
     return 0
+
+
+def _cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import doctor
+
+    checks = doctor.run(*doctor.settings_or_error())
+    if args.json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"{c.status.upper():<5} {c.name}: {c.detail}")
+            if c.fix:
+                print(f"      fix: {c.fix}")
+    return 1 if any(c.status == doctor.FAIL for c in checks) else 0
+
+
+def _cmd_probe(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import probes
+
+    ok, detail = (
+        probes.ready(settings)
+        if args.kind == "ready"
+        else probes.live(args.heartbeat_file, args.max_age)
+    )
+    print(detail, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
 
 
 def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
@@ -175,7 +223,9 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 signal.signal(sig, on_signal)
             listener = _listener(settings, wake)
             try:
-                report = dispatcher.loop(stop, wake=wake if listener else None)
+                report = dispatcher.loop(
+                    stop, wake=wake if listener else None, on_pass=_heartbeat(args.heartbeat_file)
+                )
             finally:
                 if listener is not None:
                     listener.stop()
@@ -184,6 +234,14 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
         dispatcher.publisher.close()
     log.info("relay %s done: %s", dispatcher.worker_id, report)
     return 0
+
+
+def _heartbeat(path: str | None) -> Any:
+    if not path:
+        return None
+    from relay import probes
+
+    return lambda: probes.touch(path)
 
 
 def _listener(settings: Settings, wake: threading.Event) -> Any:
@@ -271,6 +329,9 @@ def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 _USES: dict[str, frozenset[str] | None] = {
     "migrate": DATABASE_ONLY | {"broker_url", "events_url"},
     "status": DATABASE_ONLY,
+    # The doctor reads every variable itself and reports a bad one as a failed check.
+    "doctor": frozenset(),
+    "probe": DATABASE_ONLY | {"broker_url", "events_url"},
     "failed": DATABASE_ONLY,
     "pending": DATABASE_ONLY,
     "purge-sent": DATABASE_ONLY,
@@ -282,6 +343,8 @@ _USES: dict[str, frozenset[str] | None] = {
 _COMMANDS = {
     "migrate": _cmd_migrate,
     "status": _cmd_status,
+    "doctor": _cmd_doctor,
+    "probe": _cmd_probe,
     "dispatch": _cmd_dispatch,
     "failed": _cmd_failed,
     "pending": _cmd_pending,

@@ -17,13 +17,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any
 
-from relay import publishers, timing
+from relay import message, publishers, timing
 from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.lease import LeaseKeeper
-from relay.policy import CircuitBreaker, RetryPolicy
+from relay.observe import Observer, Recorded
+from relay.policy import CircuitBreaker, RetryPolicy, task_expired
 from relay.publishers import Publisher
 from relay.records import Buried, ClaimedEvent, PublishResult, Released, Rescheduled
 from relay.store import Completed, Store
@@ -83,6 +85,8 @@ class Batch:
         self.close()
 
 
+#: Why a Celery task row ended failed without being published.
+EXPIRED = "expired: the task's expires passed before it could be published"
 #: Why the rows behind a key's failed row are given back.
 BEHIND_A_FAILURE = "an earlier row of its ordering key failed in the same batch"
 
@@ -151,6 +155,8 @@ class Dispatcher:
     worker_id: str = field(default_factory=make_worker_id)
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.monotonic
+    #: Told of each claim, publish and recorded outcome (metrics, tracing); no-op by default.
+    observer: Observer = field(default_factory=Observer)
     breaker: CircuitBreaker = field(init=False)
     retry: RetryPolicy = field(init=False)
     _executor: ThreadPoolExecutor | None = field(init=False, default=None)
@@ -268,7 +274,9 @@ class Dispatcher:
     def _claim(self, limit: int) -> Batch | None:
         if not self.breaker.allows(self.clock()):
             return None
+        started = time.perf_counter()
         events = self.store.claim(self.worker_id, limit, self.settings.lease_seconds)
+        self.observer.claimed(events, time.perf_counter() - started)
         return self._hold(events)
 
     def _hold(self, events: list[ClaimedEvent]) -> Batch | None:
@@ -291,6 +299,7 @@ class Dispatcher:
             return batch
         kept = self.store.still_held(self.worker_id, batch.events)
         report.lost += len(batch.events) - len(kept)
+        self.observer.lease_lost(len(batch.events) - len(kept))
         log.warning(
             "lease lost on %d of %d rows before publishing: another worker reclaimed them",
             len(batch.events) - len(kept),
@@ -302,7 +311,9 @@ class Dispatcher:
         }
         given_up = [e for e in kept if e.seq is not None and e.ordering_key in broken]
         if given_up:
-            report.released += self.store.release(self.worker_id, given_up, 0.0, BEHIND_A_FAILURE)
+            released = self.store.release(self.worker_id, given_up, 0.0, BEHIND_A_FAILURE)
+            report.released += released
+            self.observer.recorded(Recorded((), (), (), released, 0, True, (0, 0, 0)))
             kept = [e for e in kept if e not in given_up]
         if not kept:
             batch.close()
@@ -312,11 +323,16 @@ class Dispatcher:
     def _publish(self, batch: Batch) -> _Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
         report = Report(cycles=1, claimed=len(batch.events))
-        result = self.publisher.publish(batch.events)
+        now = datetime.now(UTC)
+        expired = [e for e in batch.events if task_expired(message.task_expires(e), now)]
+        todo = [e for e in batch.events if e not in expired]
+        result = self.observer.publish(todo, self.publisher.publish)
         behind = hold_back_after_failures(result)
         outcome = _Outcome(
             batch, report, sent=result.confirmed, unavailable=result.unavailable, behind=behind
         )
+        # A Celery task past its ``expires`` is not published (a worker would only discard it).
+        outcome.buried += [Buried(e, EXPIRED) for e in expired]
         for event, error in result.rejected:
             decision = self.retry.after_failure(event, error, self.rng)
             if isinstance(decision, Buried):
@@ -344,7 +360,10 @@ class Dispatcher:
         if outcome is None and not next_limit:
             return None
         try:
+            started = time.perf_counter()
             done, events = self._retrying(lambda: self._complete(outcome, next_limit))
+            if next_limit:
+                self.observer.claimed(events, time.perf_counter() - started)
             if outcome is not None:
                 self._account(outcome, done)
         finally:
@@ -384,11 +403,21 @@ class Dispatcher:
                 time.sleep(delay)
                 delay = min(delay * 2, timing.RECORD_RETRY_MAX_SECONDS)
 
-    @staticmethod
-    def _account(outcome: _Outcome, done: Completed) -> None:
+    def _account(self, outcome: _Outcome, done: Completed) -> None:
         report = outcome.report
         report.sent, report.rescheduled, report.buried = done.sent, done.rescheduled, done.buried
         report.released, report.lost = done.released, done.lost
+        self.observer.recorded(
+            Recorded(
+                sent=outcome.sent,
+                rescheduled=[r.event for r in outcome.rescheduled],
+                failed=[b.event for b in outcome.buried],
+                released=done.released,
+                lost=done.lost,
+                exact=not done.lost,
+                counts=(done.sent, done.rescheduled, done.buried),
+            )
+        )
         if report.lost:
             log.warning("lease lost on %d rows: another worker reclaimed them", report.lost)
 
@@ -398,21 +427,27 @@ class Dispatcher:
         *,
         idle_seconds: float | None = None,
         wake: threading.Event | None = None,
+        on_pass: Callable[[], None] | None = None,
     ) -> Report:
         """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
         because a batch came back short), rest until ``wake`` is set or the tick passes.
 
         With ``wake`` (set by a :class:`relay.listener.Listener` on each notification; set it
-        along with ``stop`` to stop at once) the loop rests a whole tick, the safety net.
+        along with ``stop`` to stop at once) the loop rests until notified or a whole tick has
+        passed (the safety net); notified within ``RELAY_POLL_FLOOR_SECONDS`` of a drain that
+        moved rows, it waits out the floor first, so a steady stream is claimed in batches.
         Without, it polls adaptively: ``RELAY_POLL_FLOOR_SECONDS`` after a drain that moved
         rows, doubling after each empty one up to ``idle_seconds`` (default: the tick).
+        ``on_pass`` runs at the start of every pass (a liveness heartbeat): a pass lasts at most
+        one drain budget plus one rest.
         """
         idle = self.settings.tick_seconds if idle_seconds is None else idle_seconds
         poll = timing.IdlePoll(min(self.settings.poll_floor_seconds, idle), idle)
-        bell = stop if wake is None else wake
         total = Report()
         db_backoff = timing.DATABASE_RETRY_FIRST_SECONDS
         while not stop.is_set():
+            if on_pass is not None:
+                on_pass()
             if wake is not None:
                 wake.clear()  # before the claim: a notification during the drain rings again
             try:
@@ -431,5 +466,12 @@ class Dispatcher:
             elif report.drained:
                 if report.claimed:
                     poll.reset()
-                bell.wait(idle if wake is not None else poll.next())
+                if wake is None:
+                    stop.wait(poll.next())
+                    continue
+                rested = self.clock()
+                if wake.wait(idle) and report.claimed:
+                    # Busy: notifications arriving within the floor of a drain that moved rows
+                    # fold into one claim, so a steady stream is claimed in batches.
+                    stop.wait(max(0.0, poll.floor - (self.clock() - rested)))
         return total

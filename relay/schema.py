@@ -153,5 +153,14 @@ inbox = Table(
 #: Retention deletes by age.
 Index("ix_relay_inbox_received_at", inbox.c.received_at)
 
+#: When a periodic part of the fleet last ran (``tick``: ``celery beat`` is alive), in database
+#: time; ``relay doctor`` reads it.
+heartbeats = Table(
+    "relay_heartbeats",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("beat_at", Timestamp, nullable=False, server_default=utc_now()),
+)
+
 #: Every table the relay's migrations own (Alembic's comparison looks at these only).
 TABLES = frozenset(metadata.tables)

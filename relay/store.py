@@ -20,7 +20,7 @@ from relay.engine import create_engine
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.filters import EventFilter
 from relay.records import Buried, ClaimedEvent, Released, Rescheduled, Status, StatusReport
-from relay.schema import outbox
+from relay.schema import heartbeats, outbox
 from relay.urls import redact
 
 log = logging.getLogger(__name__)
@@ -244,10 +244,39 @@ class Store:
             expired = int(conn.execute(self.dialect.expired_leases()).scalar() or 0)
         return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
 
+    def gauges(self, limit: int) -> StatusReport:
+        """What ``relay status`` reports for a metrics scrape, in one statement, each count
+        stopped at ``limit`` rows (bounded scans); ``sent`` is left out (the relay's counter
+        gives its rate)."""
+        with self._tx() as conn:
+            row = conn.execute(self.dialect.gauges(limit)).mappings().one()
+        counts = {s: int(row[s] or 0) for s in ("pending", "processing", "failed")}
+        age = row["oldest_pending_age"]
+        expired = int(row["expired_leases"] or 0)
+        return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+
     def backlog(self, limit: int) -> int:
         """Claimable rows right now, counted up to ``limit``: cost bounded whatever the history."""
         with self._tx() as conn:
             return int(conn.execute(self.dialect.backlog(limit)).scalar() or 0)
+
+    def beat(self, name: str) -> None:
+        """Record that ``name`` (e.g. the tick) ran now, in database time."""
+        now = self.dialect.now()
+        with self._tx() as conn:
+            stmt = sa.update(heartbeats).where(heartbeats.c.name == name).values(beat_at=now)
+            if conn.execute(stmt).rowcount:
+                return
+        with contextlib.suppress(StoreError), self._tx() as conn:  # a racing first beat won
+            conn.execute(sa.insert(heartbeats).values(name=name, beat_at=now))
+
+    def beat_ages(self) -> dict[str, float]:
+        """Seconds since each heartbeat, by name (database time)."""
+        age = self.dialect.seconds_since(heartbeats.c.beat_at)
+        with self._tx() as conn:
+            return {
+                n: max(0.0, float(a)) for n, a in conn.execute(sa.select(heartbeats.c.name, age))
+            }
 
     def list_events(
         self, f: EventFilter, limit: int = 100, after: int | None = None

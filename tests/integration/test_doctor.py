@@ -1,0 +1,154 @@
+"""`relay doctor`, `relay probe` and `relay status --watch` against real services."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from relay.records import Buried
+from relay.store import Store
+from tests.support import databases
+from tests.support.env import wait_until
+from tests.support.rows import enqueue_many
+
+DEAD_BROKER = "amqp://guest:guest@127.0.0.1:9//"
+
+
+def relay(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")} | env
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def doctor(env: dict[str, str]) -> tuple[int, dict[str, dict[str, Any]]]:
+    out = relay(env, "doctor", "--json")
+    return out.returncode, {c["name"]: c for c in json.loads(out.stdout)}
+
+
+@pytest.fixture
+def env(db_url: str, amqp_url: str, exchange_name: str) -> dict[str, str]:
+    return {
+        "RELAY_DATABASE_URL": db_url,
+        "RELAY_EVENTS_URL": amqp_url,
+        "RELAY_BROKER_URL": amqp_url,
+        "RELAY_EXCHANGE": exchange_name,
+    }
+
+
+def test_a_healthy_deployment_passes_with_warnings_and_fixes(
+    env: dict[str, str], store: Store, engine: sa.Engine
+) -> None:
+    """Migrated database, reachable broker: no check fails (exit 0); the missing tick and the
+    undeclared exchange are warnings that say how to fix them; a recorded tick passes."""
+    code, checks = doctor(env)
+    assert code == 0, checks
+    for name in ("settings", "database", "schema", "indexes", "clock skew", "routing", "broker"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert checks["tick"]["status"] == "warn"
+    assert "celery -A relay beat" in checks["tick"]["fix"]
+    assert checks["exchange"]["status"] == "warn"
+    if engine.dialect.name == "postgresql":
+        assert checks["idle_in_transaction_session_timeout"]["status"] in ("warn", "pass")
+    store.beat("relay.tick")
+    assert doctor(env)[1]["tick"]["status"] == "pass"
+
+
+def test_unroutable_events_are_named_with_the_fix(
+    env: dict[str, str], store: Store, engine: sa.Engine
+) -> None:
+    """Events that failed as unroutable make the routing check warn, naming their type."""
+    enqueue_many(engine, 2, "invoice.sent")
+    events = store.claim("w", 10, lease_seconds=60)
+    store.bury("w", [Buried(e, "unroutable: no queue bound to routing key") for e in events])
+    checks = doctor(env)[1]
+    assert checks["routing"]["status"] == "warn"
+    assert "invoice.sent (2)" in checks["routing"]["detail"]
+
+
+def test_failures_exit_non_zero(
+    env: dict[str, str], backend_pool: databases.BackendPool, engine: sa.Engine
+) -> None:
+    """A broker that refuses connections, an unmigrated database, a missing index and a bad
+    setting each fail their check and make the command exit 1."""
+    code, checks = doctor(env | {"RELAY_EVENTS_URL": DEAD_BROKER})
+    assert (code, checks["broker"]["status"]) == (1, "fail")
+    bad = relay(env | {"RELAY_LEASE_SECONDS": "soon"}, "doctor")
+    assert bad.returncode == 1
+    assert "FAIL  settings: RELAY_LEASE_SECONDS" in bad.stdout
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP INDEX ix_relay_inbox_received_at" + _on_table(engine)))
+    code, checks = doctor(env)
+    assert (code, checks["indexes"]["status"]) == (1, "fail")
+    assert "ix_relay_inbox_received_at" in checks["indexes"]["detail"]
+    with backend_pool.database("postgresql", migrated=False) as empty:
+        code, checks = doctor(env | {"RELAY_DATABASE_URL": empty})
+    assert (code, checks["schema"]["status"]) == (1, "fail")
+    assert checks["schema"]["fix"] == "run `relay migrate`"
+
+
+def _on_table(engine: sa.Engine) -> str:
+    return " ON relay_inbox" if engine.dialect.name in ("mysql", "mariadb") else ""
+
+
+def test_probe_ready_follows_the_database_and_the_broker(env: dict[str, str]) -> None:
+    """ready exits 0 with both reachable, 1 naming the broker when it is not."""
+    assert relay(env, "probe", "ready").returncode == 0
+    out = relay(env | {"RELAY_EVENTS_URL": DEAD_BROKER}, "probe", "ready")
+    assert out.returncode == 1
+    assert "broker unreachable" in out.stderr
+
+
+@pytest.mark.timeout(120)
+def test_probe_live_follows_the_dispatch_loop(pg_url: str, amqp_url: str, tmp_path: Path) -> None:
+    """`relay dispatch --loop --heartbeat-file F`: live passes while the loop runs, fails once
+    the process is frozen past --max-age, and passes again when it resumes."""
+    beat = str(tmp_path / "heartbeat")
+    env = {
+        "RELAY_DATABASE_URL": pg_url,
+        "RELAY_EVENTS_URL": amqp_url,
+        "RELAY_TICK_SECONDS": "0.2",
+    }
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")} | env
+    loop = subprocess.Popen(
+        [sys.executable, "-m", "relay", "dispatch", "--loop", "--heartbeat-file", beat],
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    live = ("probe", "live", "--heartbeat-file", beat, "--max-age", "2")
+    try:
+        wait_until(lambda: relay(env, *live).returncode == 0, 60, "the loop's first heartbeat")
+        loop.send_signal(signal.SIGSTOP)
+        time.sleep(3)  # frozen longer than --max-age: that is what the probe must notice
+        frozen = relay(env, *live)
+        assert frozen.returncode == 1
+        assert "stale heartbeat" in frozen.stderr
+        loop.send_signal(signal.SIGCONT)
+        wait_until(lambda: relay(env, *live).returncode == 0, 30, "the heartbeat after SIGCONT")
+    finally:
+        loop.send_signal(signal.SIGCONT)
+        loop.terminate()
+        loop.wait(30)
+
+
+def test_status_watch_draws_a_live_table(env: dict[str, str], engine: sa.Engine) -> None:
+    """`relay status --watch --count 2` redraws the counts, the send rate and the oldest age."""
+    enqueue_many(engine, 3)
+    out = relay(env, "status", "--watch", "--count", "2")
+    assert out.returncode == 0, out.stderr
+    for text in ("pending", "sent / s", "oldest pending", "expired leases"):
+        assert text in out.stdout
