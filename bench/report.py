@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import markdown, ordering, plots
+from bench import markdown, ordering, plots, wakeup
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
@@ -31,5 +31,7 @@ def write(results: Path, docs: Path) -> Path:
     text = markdown.render(recs, res)
     if "ordering" in res:  # self-contained section: bench/ordering.py renders its own
         text += "\n" + ordering.render(res["ordering"])
+    if "wakeup" in res:  # self-contained section: bench/wakeup.py renders its own
+        text += "\n" + wakeup.render(res["wakeup"])
     docs.write_text(text)
     return docs

@@ -15,6 +15,7 @@ from bench import (
     services,
     throughput,
     versus,
+    wakeup,
 )
 from bench import fleet as celery_fleet
 from bench import latency as wakeup_latency
@@ -101,4 +102,5 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "fleet": fleet,
     "latency_wakeup": latency_wakeup,
     "ordering": ordering.run,
+    "wakeup": wakeup.run,
 }
