@@ -42,7 +42,7 @@ from kombu.utils import json as kombu_json
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from relay import inbox, producer, timing, transports
+from relay import inbox, observe, producer, timing, transports
 from relay.config import Settings
 from relay.consumer import DEFAULT_PREFETCH, Handler, QueueHandlers
 from relay.deadletters import DeadLetters
@@ -101,7 +101,9 @@ class Runtime:
         if self._pid != os.getpid():
             self.forget()
         if self._dispatcher is None:
-            self._dispatcher = Dispatcher.from_settings(self.settings)
+            self._dispatcher = Dispatcher.from_settings(
+                self.settings, observer=observe.for_settings(self.settings)
+            )
             self._pid = os.getpid()
         return self._dispatcher
 
@@ -210,6 +212,25 @@ def _watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     return start
 
 
+def _serve_metrics(app: Celery, settings: Settings) -> Callable[..., None]:
+    """The ``worker_init`` handler that starts the worker's Prometheus endpoint in the main
+    process, before the pool forks (:func:`relay.metrics.serve_worker`: multiprocess mode, the
+    outbox gauges read by this process alone, on connections it does not pool)."""
+
+    def start(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", app) is not app or settings.metrics_port is None:
+            return
+        from sqlalchemy.pool import NullPool
+
+        from relay import metrics
+        from relay.store import Store
+
+        store = Store.from_url(settings.database_url, poolclass=NullPool)
+        metrics.serve_worker(settings.metrics_port, store)
+
+    return start
+
+
 def enable_wakeup(app: Celery, settings: Settings) -> Waker:
     """Make ``relay.enqueue`` send a ``claim_and_dispatch`` through ``app`` after each commit."""
     waker = Waker(app, settings)
@@ -295,6 +316,8 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.worker_process_shutdown.connect(runtime.close, weak=False)
     signals.worker_shutdown.connect(runtime.close, weak=False)
     signals.beat_init.connect(_watch_in_beat(app, settings), weak=False)
+    if settings.metrics_port is not None:
+        signals.worker_init.connect(_serve_metrics(app, settings), weak=False)
     if wakeup:
         enable_wakeup(app, settings)
     return runtime

@@ -205,14 +205,19 @@ def _cmd_probe(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import observe
     from relay.dispatcher import Dispatcher
 
-    dispatcher = Dispatcher.from_settings(settings)
+    dispatcher = Dispatcher.from_settings(settings, observer=observe.for_settings(settings))
     log.info("relay %s starting: %s", dispatcher.worker_id, settings.describe())
     try:
         if args.once:
             report = dispatcher.drain(budget_seconds=float("inf"))
         else:
+            if settings.metrics_port is not None:
+                from relay import metrics
+
+                metrics.serve(settings.metrics_port, dispatcher.store)
             stop, wake = threading.Event(), threading.Event()
 
             def on_signal(*_: object) -> None:

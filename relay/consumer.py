@@ -35,7 +35,7 @@ import kombu
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from relay import inbox
+from relay import inbox, tracing
 from relay.deadletters import DeadLetters, dead_queue_name
 from relay.policy import backoff_seconds
 
@@ -121,7 +121,14 @@ class QueueHandlers:
 
     def on_message(self, message: Any, dead: DeadLetters) -> str:
         """Process ``message`` and settle it; returns ``done``, ``duplicate``, ``dead``,
-        ``ignored`` or ``requeued``."""
+        ``ignored`` or ``requeued``. Traced (a CONSUMER span) when the message carries a trace
+        context and OpenTelemetry is installed (:func:`relay.tracing.consuming`)."""
+        with tracing.consuming(message, self.queue) as note:
+            outcome = self._handle(message, dead)
+            note(outcome)
+            return outcome
+
+    def _handle(self, message: Any, dead: DeadLetters) -> str:
         try:
             event = decode(message)
         except ValueError as exc:

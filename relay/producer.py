@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, event
 from sqlalchemy.orm import Session
 
-from relay import config, dialects
+from relay import config, dialects, tracing
 from relay.exceptions import EventError
 from relay.message import RESERVED_HEADERS, TASK_HEADER, encode_body
 from relay.schema import outbox
@@ -104,7 +104,7 @@ class Producer:
         values: dict[str, Any] = {
             "event_type": _name("event_type", event_type),
             "payload": self._payload(payload),
-            "headers": headers,
+            "headers": tracing.capture(headers),
             "ordering_key": None if ordering_key is None else _name("ordering_key", ordering_key),
         }
         seconds = _delay(delay)

@@ -429,6 +429,26 @@ class Dialect:
             outbox.c.status == PROCESSING, outbox.c.locked_until < self.now()
         )
 
+    def gauges(self, limit: int) -> Select[Any]:
+        """Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
+
+        Each count stops at ``limit`` rows (a bounded scan)."""
+
+        def capped(*where: ColumnElement[bool]) -> Any:
+            rows = select(outbox.c.id).where(*where).limit(limit).subquery()
+            return select(func.count()).select_from(rows).scalar_subquery()
+
+        oldest = select(func.min(outbox.c.created_at)).where(outbox.c.status == PENDING)
+        return select(
+            capped(outbox.c.status == PENDING).label("pending"),
+            capped(outbox.c.status == PROCESSING).label("processing"),
+            capped(outbox.c.status == FAILED).label("failed"),
+            capped(outbox.c.status == PROCESSING, outbox.c.locked_until < self.now()).label(
+                "expired_leases"
+            ),
+            self.seconds_since(oldest.scalar_subquery()).label("oldest_pending_age"),
+        )
+
     def backlog(self, limit: int) -> Select[Any]:
         """How many unordered rows and heads of keys are claimable now, counting each no
         further than ``limit`` (bounded scans)."""

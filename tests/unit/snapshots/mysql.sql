@@ -42,6 +42,27 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
+-- gauges: Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
+SELECT (SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'pending'
+ LIMIT %s) AS anon_1) AS pending, (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'processing'
+ LIMIT %s) AS anon_2) AS processing, (SELECT count(*) AS count_3
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'failed'
+ LIMIT %s) AS anon_3) AS failed, (SELECT count(*) AS count_4
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))
+ LIMIT %s) AS anon_4) AS expired_leases, timestampdiff(MICROSECOND, (SELECT min(outbox.created_at) AS min_1
+FROM outbox
+WHERE outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS oldest_pending_age;
+
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s

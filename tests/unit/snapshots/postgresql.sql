@@ -42,6 +42,27 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
+-- gauges: Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
+SELECT (SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'pending'
+ LIMIT %(param_1)s::INTEGER) AS anon_1) AS pending, (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'processing'
+ LIMIT %(param_2)s::INTEGER) AS anon_2) AS processing, (SELECT count(*) AS count_3
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'failed'
+ LIMIT %(param_3)s::INTEGER) AS anon_3) AS failed, (SELECT count(*) AS count_4
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'processing' AND outbox.locked_until < now()
+ LIMIT %(param_4)s::INTEGER) AS anon_4) AS expired_leases, CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
+FROM outbox
+WHERE outbox.status = 'pending')) AS FLOAT) AS oldest_pending_age;
+
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, each locked by
 SELECT o.id, o.ordering_key, o.seq
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq

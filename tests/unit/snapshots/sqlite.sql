@@ -40,6 +40,27 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
+-- gauges: Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
+SELECT (SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'pending'
+ LIMIT ? OFFSET ?) AS anon_1) AS pending, (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'processing'
+ LIMIT ? OFFSET ?) AS anon_2) AS processing, (SELECT count(*) AS count_3
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'failed'
+ LIMIT ? OFFSET ?) AS anon_3) AS failed, (SELECT count(*) AS count_4
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))
+ LIMIT ? OFFSET ?) AS anon_4) AS expired_leases, (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
+FROM outbox
+WHERE outbox.status = 'pending'))) * 86400.0 AS oldest_pending_age;
+
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
