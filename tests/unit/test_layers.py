@@ -36,9 +36,12 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.testing", {"sqlalchemy", "kombu", "celery"}),
         ("relay.transports", {"sqlalchemy", "celery"}),
         ("relay", {"celery", "kombu"}),
-        ("relay.dispatcher", {"celery"}),
+        ("relay.dispatcher", {"celery", "prometheus_client", "opentelemetry"}),
+        ("relay.observe", {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"}),
+        ("relay.tracing", {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"}),
+        ("relay.producer", {"kombu", "celery", "prometheus_client", "opentelemetry"}),
         ("relay.inbox", {"kombu", "celery", "amqp"}),
-        ("relay.consumer", {"celery"}),
+        ("relay.consumer", {"celery", "prometheus_client", "opentelemetry"}),
         ("relay.deadletters", {"sqlalchemy", "celery"}),
         ("relay.listener", {"kombu", "celery", "amqp", "redis"}),
     ],
@@ -77,3 +80,38 @@ def test_importing_transports_leaves_kombu_alone_until_registered() -> None:
         "assert isinstance(kombu.Connection('filesystem://').transport, t.Transport)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+#: Runs with OpenTelemetry made unimportable, as if it were not installed.
+_WITHOUT_OTEL = """
+import sys
+sys.modules["opentelemetry"] = None  # an import of it now raises ImportError
+import sqlalchemy as sa
+import relay
+from relay import observe, tracing
+from relay.config import Settings
+from relay.schema import metadata, outbox
+engine = sa.create_engine("sqlite://")
+metadata.create_all(engine)
+with engine.begin() as conn:
+    relay.enqueue(conn, "shop.order", {}, headers=None)
+    relay.enqueue(conn, "shop.order", {}, headers={"tenant": "a"})
+with engine.connect() as conn:
+    print(list(conn.execute(sa.select(outbox.c.headers).order_by(outbox.c.id)).scalars()))
+assert not tracing.available()
+assert type(observe.for_settings(Settings())) is observe.Observer
+with tracing.consuming(object(), "q") as note:
+    note("done")
+loaded = sorted(n for n in sys.modules if n.startswith(("opentelemetry.", "prometheus_client")))
+assert loaded == [], loaded
+"""
+
+
+def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None:
+    """With OpenTelemetry absent, enqueue writes the headers it was given, the dispatcher gets
+    the no-op observer (metrics off), the consumer hook does nothing, and neither OpenTelemetry
+    nor prometheus_client is imported."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OTEL], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[None, {'tenant': 'a'}]"

@@ -1,0 +1,71 @@
+"""The outbox gauges of relay.metrics on every database: capped counts, read once per interval."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+
+from relay.metrics import OutboxCollector
+from relay.schema import outbox
+from relay.store import Store
+from tests.support.rows import enqueue_many, expire_leases
+
+
+def _values(collector: OutboxCollector) -> dict[tuple[str, str], float]:
+    metrics: list[Metric] = list(collector.collect())
+    return {(s.name, s.labels.get("status", "")): s.value for m in metrics for s in m.samples}
+
+
+def _backlog(engine: sa.Engine, store: Store) -> None:
+    """2 pending, 2 processing with expired leases, 1 failed."""
+    ids = enqueue_many(engine, 5, "gauge.event")
+    store.claim("worker-1", 2, 30)
+    expire_leases(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.update(outbox).where(outbox.c.id == ids[-1]).values(status="failed"))
+
+
+def test_gauges_count_each_unfinished_status_and_expired_leases(
+    engine: sa.Engine, store: Store
+) -> None:
+    """Rows per unfinished status, expired leases and the oldest pending age, from one read."""
+    _backlog(engine, store)
+    values = _values(OutboxCollector(store, min_interval=0))
+    assert values[("relay_outbox_up", "")] == 1
+    assert values[("relay_outbox_rows", "pending")] == 2
+    assert values[("relay_outbox_rows", "processing")] == 2
+    assert values[("relay_outbox_rows", "failed")] == 1
+    assert values[("relay_expired_leases", "")] == 2
+    assert 0 <= values[("relay_oldest_pending_age_seconds", "")] < 600
+    assert values[("relay_outbox_read_seconds", "")] >= 0
+
+
+def test_gauges_stop_counting_at_the_cap(engine: sa.Engine, store: Store) -> None:
+    """With a cap of 1 each count says at most 1: a scrape never scans past the cap."""
+    _backlog(engine, store)
+    values = _values(OutboxCollector(store, cap=1, min_interval=0))
+    assert values[("relay_outbox_rows", "pending")] == 1
+    assert values[("relay_outbox_rows", "processing")] == 1
+    assert values[("relay_expired_leases", "")] == 1
+
+
+def test_scrapes_within_the_interval_reuse_the_last_read(engine: sa.Engine, store: Store) -> None:
+    """Two scrapes inside ``min_interval`` cost one read: the second sees the first's values."""
+    collector = OutboxCollector(store, min_interval=3600)
+    enqueue_many(engine, 1, "gauge.event")
+    assert _values(collector)[("relay_outbox_rows", "pending")] == 1
+    enqueue_many(engine, 1, "gauge.event")
+    assert _values(collector)[("relay_outbox_rows", "pending")] == 1
+
+
+def test_an_unreachable_database_reports_down_instead_of_failing_the_scrape() -> None:
+    """A read that fails gives relay_outbox_up 0 and no gauges; the endpoint keeps serving."""
+    store = Store.from_url("postgresql://nobody:x@127.0.0.1:9/none?connect_timeout=1")
+    registry = CollectorRegistry()
+    registry.register(OutboxCollector(store, min_interval=0))
+    try:
+        assert registry.get_sample_value("relay_outbox_up") == 0
+        assert registry.get_sample_value("relay_outbox_rows", {"status": "pending"}) is None
+    finally:
+        store.dispose()
