@@ -289,9 +289,10 @@ class Store:
     def count_events(self, f: EventFilter) -> int:
         """How many rows the filter selects."""
         with self._tx() as conn:
-            return int(
-                conn.execute(self.dialect.count_matching(self.dialect.matching(f))).scalar_one()
-            )
+            return self._count(conn, self.dialect.matching(f))
+
+    def _count(self, conn: Connection, matching: Any) -> int:
+        return int(conn.execute(self.dialect.count_matching(matching)).scalar_one())
 
     def list_failed(self, limit: int = 100) -> list[dict[str, Any]]:
         """Dead-lettered rows, oldest first."""
@@ -304,9 +305,7 @@ class Store:
         fresh attempts; a dry run counts them and changes nothing."""
         matching = self.dialect.matching(_failed(f).for_action("retry"))
         with self._tx() as conn:
-            matched = int(
-                conn.execute(self.dialect.count_matching(_and_failed(matching))).scalar_one()
-            )
+            matched = self._count(conn, _and_failed(matching))
             if dry_run:
                 return Changed(matched, 0)
             return Changed(matched, conn.execute(self.dialect.retry_failed(matching)).rowcount)
@@ -318,9 +317,7 @@ class Store:
         no longer holds its key, whose progress moves past it. A dry run changes nothing."""
         matching = self.dialect.matching(_failed(f).for_action("purge"))
         with self._tx() as conn:
-            matched = int(
-                conn.execute(self.dialect.count_matching(_and_failed(matching))).scalar_one()
-            )
+            matched = self._count(conn, _and_failed(matching))
             if dry_run:
                 return Changed(matched, 0)
             places = conn.execute(self.dialect.failed_places(matching)).all()

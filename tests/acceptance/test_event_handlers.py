@@ -17,9 +17,8 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.dispatcher import Dispatcher
 from relay.schema import inbox
-from tests.support import events_app
+from tests.support import events_app, relaying
 from tests.support.celery_fleet import CELERY_BIN, Proc, unique_queue
 from tests.support.env import wait_until
 
@@ -67,13 +66,7 @@ def _publish(engine: sa.Engine, settings: Settings, payloads: list[dict[str, obj
     with Session(engine) as session, session.begin():
         for payload in payloads:
             relay.enqueue(session, "order.created", payload)
-    dispatcher = Dispatcher.from_settings(settings)
-    try:
-        report = dispatcher.drain(budget_seconds=120)
-    finally:
-        dispatcher.close()
-        dispatcher.publisher.close()
-        dispatcher.store.dispose()
+    report = relaying.drain(settings)
     assert report.sent == len(payloads), report
 
 

@@ -6,7 +6,6 @@ and from SQLite and MariaDB producers."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,10 +18,10 @@ import sqlalchemy as sa
 
 from relay.celery import send_task
 from relay.config import Settings
-from relay.dispatcher import EXPIRED, Dispatcher
+from relay.dispatcher import EXPIRED
 from relay.engine import create_engine
 from relay.schema import outbox
-from tests.support import tasks_app
+from tests.support import relaying, tasks_app
 from tests.support.celery_fleet import CELERY_BIN, Proc
 from tests.support.env import wait_until
 from tests.support.proxy import running_proxy
@@ -69,22 +68,6 @@ class Setup:
         self.engine.dispose()
 
 
-@contextmanager
-def relay_running(settings: Settings) -> Iterator[Dispatcher]:
-    """`relay dispatch --loop`, in a thread of this process."""
-    dispatcher, stop = Dispatcher.from_settings(settings), threading.Event()
-    thread = threading.Thread(target=dispatcher.loop, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        yield dispatcher
-    finally:
-        stop.set()
-        thread.join(30)
-        dispatcher.close()
-        dispatcher.publisher.close()
-        dispatcher.store.dispose()
-
-
 def _settings(db_url: str, events_url: str) -> Settings:
     return Settings(
         database_url=db_url,
@@ -127,7 +110,7 @@ def test_committed_tasks_run_once_and_rolled_back_ones_never(setup: Setup) -> No
     with (
         setup.worker("main", setup.default_queue),
         setup.worker("auditor", setup.audit_queue),
-        relay_running(settings),
+        relaying.running(settings),
     ):
         wait_until(lambda: len(setup.ran()) >= 2200, 180, "2,200 tasks run")
         time.sleep(0.5)  # room for a duplicate to show up before the count is final
@@ -145,7 +128,7 @@ def test_committed_tasks_run_once_and_rolled_back_ones_never(setup: Setup) -> No
 def test_a_countdown_holds_the_task_in_the_outbox(setup: Setup) -> None:
     """countdown=2: the task does not run before it is due and runs within a tick after."""
     settings = _settings(setup.db_url, setup.broker)
-    with setup.worker("main", setup.default_queue), relay_running(settings):
+    with setup.worker("main", setup.default_queue), relaying.running(settings):
         with setup.engine.begin() as conn:
             setup.app.tasks["tasks_test.record"].apply_async_in(conn, (1,), countdown=2)
             committed = time.time()
@@ -163,7 +146,7 @@ def test_tasks_committed_while_the_broker_is_down_run_after_it_returns(
     with running_proxy(host, port) as proxy, setup.worker("main", setup.default_queue):
         settings = _settings(setup.db_url, proxy.url_for(amqp_url))
         proxy.cut()
-        with relay_running(settings):
+        with relaying.running(settings):
             ids = [_order_with_task(setup, n, commit=True) for n in range(1, 51)]
             time.sleep(1.0)  # the relay meets the cut broker meanwhile
             assert setup.ran() == []
@@ -178,14 +161,7 @@ def test_an_expired_task_is_not_published(setup: Setup) -> None:
     with setup.engine.begin() as conn:
         send_task(conn, "tasks_test.record", (7,), expires=0.2, app=setup.app)
     time.sleep(0.4)  # let the task expire before any relay runs
-    dispatcher = Dispatcher.from_settings(settings)
-    try:
-        report = dispatcher.drain(budget_seconds=10)
-    finally:
-        dispatcher.close()
-        dispatcher.publisher.close()
-        dispatcher.store.dispose()
-    assert report.buried == 1
+    assert relaying.drain(settings, budget_seconds=10).buried == 1
     with setup.engine.connect() as conn:
         status, error = conn.execute(sa.select(outbox.c.status, outbox.c.last_error)).one()
     assert (status, error) == ("failed", EXPIRED)
@@ -198,7 +174,7 @@ def test_redis_as_the_celery_broker(redis_url: str, pg_url: str, tmp_path: Path)
     s = Setup(pg_url, broker, tmp_path)
     try:
         ids = [_order_with_task(s, n, commit=True) for n in range(1, 101)]
-        with s.worker("main", s.default_queue), relay_running(_settings(pg_url, broker)):
+        with s.worker("main", s.default_queue), relaying.running(_settings(pg_url, broker)):
             wait_until(lambda: len(s.ran()) >= 100, 60, "100 tasks on Redis")
         assert sorted(r["task_id"] for r in s.ran()) == sorted(ids)
     finally:
@@ -214,7 +190,7 @@ def test_producers_on_mariadb_and_sqlite(
         s = Setup(url, amqp_url, tmp_path)
         try:
             ids = [_order_with_task(s, n, commit=True) for n in range(1, 51)]
-            with s.worker("main", s.default_queue), relay_running(_settings(url, amqp_url)):
+            with s.worker("main", s.default_queue), relaying.running(_settings(url, amqp_url)):
                 wait_until(lambda: len(s.ran()) >= 50, 60, f"50 tasks from {backend}")
             rows = s.ran()
             assert sorted(r["task_id"] for r in rows) == sorted(ids)

@@ -127,31 +127,34 @@ def test_a_plain_install_has_no_test_or_bench_packages(venv: UserVenv) -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
-@pytest.mark.parametrize("events", ["amqp", "redis"])
-def test_migrate_then_dispatch_once(
-    venv: UserVenv, backend_pool: databases.BackendPool, events: str, exchange_name: str
+def _migrate_and_dispatch_once(
+    venv: UserVenv, pool: databases.BackendPool, backend: str, events_url: str, exchange: str
 ) -> None:
-    """`relay migrate` on an empty PostgreSQL database, then `relay dispatch --once` relays
-    every event to RabbitMQ, and again to Redis."""
-    events_url = services.AMQP_URL if events == "amqp" else services.REDIS_URL
-    with _empty_database(backend_pool, "postgresql") as (url, engine):
+    """`relay migrate` on an empty database, 50 events, `relay dispatch --once`: a consumer
+    receives every one."""
+    with _empty_database(pool, backend) as (url, engine):
         migrated = venv.relay("migrate", database_url=url)
         assert migrated.returncode == 0, migrated.stderr
-        collector = Collector(events_url, exchange_name)
+        collector = Collector(events_url, exchange)
         try:
             ids = enqueue_many(engine, 50)
             out = venv.relay(
-                "dispatch",
-                "--once",
-                database_url=url,
-                events_url=events_url,
-                exchange=exchange_name,
+                "dispatch", "--once", database_url=url, events_url=events_url, exchange=exchange
             )
             assert out.returncode == 0, out.stderr
             got = collector.drain(50, timeout=30)
         finally:
             collector.close()
     assert sorted(int(m.message_id) for m in got) == ids
+
+
+@pytest.mark.parametrize("events", ["amqp", "redis"])
+def test_migrate_then_dispatch_once(
+    venv: UserVenv, backend_pool: databases.BackendPool, events: str, exchange_name: str
+) -> None:
+    """On PostgreSQL, to RabbitMQ and again to Redis."""
+    events_url = services.AMQP_URL if events == "amqp" else services.REDIS_URL
+    _migrate_and_dispatch_once(venv, backend_pool, "postgresql", events_url, exchange_name)
 
 
 def test_celery_worker_and_beat_with_redis_as_the_broker(
@@ -205,22 +208,5 @@ def test_the_mysql_extra_against_mariadb(
     """`pip install 'celery-outbox-relay[mysql]'` is all MariaDB needs: migrate, then relay."""
     services.require("MariaDB", services.MYSQL_ADMIN_URL)
     venv.install("[mysql]")
-    with _empty_database(backend_pool, "mysql") as (url, engine):
-        migrated = venv.relay("migrate", database_url=url)
-        assert migrated.returncode == 0, migrated.stderr
-        collector = Collector(services.AMQP_URL, exchange_name)
-        try:
-            ids = enqueue_many(engine, 50)
-            out = venv.relay(
-                "dispatch",
-                "--once",
-                database_url=url,
-                events_url=services.AMQP_URL,
-                exchange=exchange_name,
-            )
-            assert out.returncode == 0, out.stderr
-            got = collector.drain(50, timeout=30)
-        finally:
-            collector.close()
-    assert sorted(int(m.message_id) for m in got) == ids
+    _migrate_and_dispatch_once(venv, backend_pool, "mysql", services.AMQP_URL, exchange_name)
     assert os.path.isdir(venv.cwd / "relay-broker" / "queues")  # `relay migrate` made them

@@ -14,9 +14,8 @@ from sqlalchemy.orm import Session
 import relay
 from relay.config import Settings
 from relay.consumer import Event, EventConsumer, QueueHandlers
-from relay.dispatcher import Dispatcher
 from relay.engine import create_engine
-from tests.support import events_app
+from tests.support import events_app, relaying
 from tests.support.env import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,13 +59,7 @@ def test_plain_kombu_consumer_takes_each_event_once(
         settings = Settings(database_url=pg_url, broker_url=amqp_url, exchange=exchange_name)
         with Session(pg_engine) as session, session.begin():
             ids = [relay.enqueue(session, "order.created", {"n": n}) for n in range(500)]
-        dispatcher = Dispatcher.from_settings(settings)
-        try:
-            assert dispatcher.drain(budget_seconds=60).sent == 500
-        finally:
-            dispatcher.close()
-            dispatcher.publisher.close()
-            dispatcher.store.dispose()
+        assert relaying.drain(settings, budget_seconds=60).sent == 500
         wait_until(lambda: len(_handled(pg_engine)) >= 500, 60, "500 handled")
         with kombu.Connection(amqp_url) as conn:
             producer = conn.Producer(exchange=kombu.Exchange(exchange_name, type="topic"))

@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql, postgresql
 
+from relay.migrations import frozen
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -18,15 +20,9 @@ depends_on = None
 
 UNFINISHED = "status IN ('pending', 'processing')"
 ORDERED_UNSENT = "ordering_key IS NOT NULL AND status <> 'sent'"
-MYSQL = ("mysql", "mariadb")
-#: The database clock as a column default, in UTC where the column holds no zone (a frozen
-#: copy of relay.timestamps.utc_now: a migration must not change when the package does).
-NOW_DEFAULT = {
-    "postgresql": "now()",
-    "mysql": "(UTC_TIMESTAMP(6))",
-    "mariadb": "(UTC_TIMESTAMP(6))",
-    "sqlite": "(strftime('%Y-%m-%d %H:%M:%f000', 'now'))",
-}
+#: Frozen copies (relay.migrations.frozen): a migration must not change when the package does.
+MYSQL = frozen.MYSQL
+NOW_DEFAULT = frozen.NOW_DEFAULT
 
 
 def upgrade() -> None:
