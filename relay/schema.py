@@ -114,6 +114,21 @@ only_on(
     *PARTIAL_INDEX_DIALECTS,
 )
 
+#: Rows not sent, by status and age: the metrics count each status and find the oldest pending
+#: row here (capped, index-only), however long the sent history. MySQL counts through
+#: ``ix_outbox_status_seq_id`` instead.
+UNSENT_SQL = "status IN ('pending', 'processing', 'failed')"
+only_on(
+    Index(
+        "ix_outbox_unsent",
+        outbox.c.status,
+        outbox.c.created_at,
+        postgresql_where=text(UNSENT_SQL),
+        sqlite_where=text(UNSENT_SQL),
+    ),
+    *PARTIAL_INDEX_DIALECTS,
+)
+
 #: MySQL has no partial index: the unordered claim reads one status at a time, ``seq IS NULL``,
 #: in id order from this one, which skips sent and sequenced rows by seeking, not scanning.
 only_on(

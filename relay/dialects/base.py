@@ -434,11 +434,15 @@ class Dialect:
 
         Each count stops at ``limit`` rows (a bounded scan)."""
 
+        # Restating the partial index's predicate lets every planner (SQLite's included) read
+        # ix_outbox_unsent instead of the table.
+        unsent = outbox.c.status.in_([PENDING, PROCESSING, FAILED])
+
         def capped(*where: ColumnElement[bool]) -> Any:
-            rows = select(outbox.c.id).where(*where).limit(limit).subquery()
+            rows = select(outbox.c.id).where(unsent, *where).limit(limit).subquery()
             return select(func.count()).select_from(rows).scalar_subquery()
 
-        oldest = select(func.min(outbox.c.created_at)).where(outbox.c.status == PENDING)
+        oldest = select(func.min(outbox.c.created_at)).where(unsent, outbox.c.status == PENDING)
         return select(
             capped(outbox.c.status == PENDING).label("pending"),
             capped(outbox.c.status == PROCESSING).label("processing"),

@@ -69,3 +69,40 @@ def test_an_unreachable_database_reports_down_instead_of_failing_the_scrape() ->
         assert registry.get_sample_value("relay_outbox_rows", {"status": "pending"}) is None
     finally:
         store.dispose()
+
+
+def test_postgresql_reads_the_gauges_from_the_unsent_index_not_the_history(pg_url: str) -> None:
+    """With 200k sent rows beside a few unsent ones, the gauges' statement reads
+    ix_outbox_unsent and never scans the table, also as a generic prepared plan."""
+    from relay.dialects.postgresql import PostgresDialect
+    from relay.engine import create_engine
+
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO outbox (event_type, payload, status, sent_at) "
+                    "SELECT 'old', '{}'::jsonb, 'sent', now() FROM generate_series(1, 200000)"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO outbox (event_type, payload, status) SELECT 'new', '{}'::jsonb,"
+                    " (ARRAY['pending', 'processing', 'failed'])[1 + g % 3]"
+                    " FROM generate_series(1, 60) AS g"
+                )
+            )
+            conn.execute(sa.text("ANALYZE outbox"))
+        compiled = PostgresDialect().gauges(limit=1000).compile(dialect=engine.dialect)
+        with engine.begin() as conn:
+            conn.execute(sa.text("SET LOCAL plan_cache_mode = force_generic_plan"))
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            with raw.cursor() as cur:
+                cur.execute(f"EXPLAIN {compiled.string}", compiled.params, prepare=True)
+                plan = "\n".join(row[0] for row in cur.fetchall())
+        assert plan.count("ix_outbox_unsent") == 5, plan
+        assert "Seq Scan" not in plan, plan
+    finally:
+        engine.dispose()

@@ -46,22 +46,22 @@ WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN (
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'pending'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'
  LIMIT %s) AS anon_1) AS pending, (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'processing'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'processing'
  LIMIT %s) AS anon_2) AS processing, (SELECT count(*) AS count_3
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'failed'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'failed'
  LIMIT %s) AS anon_3) AS failed, (SELECT count(*) AS count_4
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))
  LIMIT %s) AS anon_4) AS expired_leases, timestampdiff(MICROSECOND, (SELECT min(outbox.created_at) AS min_1
 FROM outbox
-WHERE outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS oldest_pending_age;
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS oldest_pending_age;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq

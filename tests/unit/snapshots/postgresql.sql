@@ -46,22 +46,22 @@ WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN (
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'pending'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'
  LIMIT %(param_1)s::INTEGER) AS anon_1) AS pending, (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'processing'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'processing'
  LIMIT %(param_2)s::INTEGER) AS anon_2) AS processing, (SELECT count(*) AS count_3
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'failed'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'failed'
  LIMIT %(param_3)s::INTEGER) AS anon_3) AS failed, (SELECT count(*) AS count_4
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'processing' AND outbox.locked_until < now()
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'processing' AND outbox.locked_until < now()
  LIMIT %(param_4)s::INTEGER) AS anon_4) AS expired_leases, CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
 FROM outbox
-WHERE outbox.status = 'pending')) AS FLOAT) AS oldest_pending_age;
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending')) AS FLOAT) AS oldest_pending_age;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, each locked by
 SELECT o.id, o.ordering_key, o.seq

@@ -44,22 +44,22 @@ WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN (
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'pending'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'
  LIMIT ? OFFSET ?) AS anon_1) AS pending, (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'processing'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'processing'
  LIMIT ? OFFSET ?) AS anon_2) AS processing, (SELECT count(*) AS count_3
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'failed'
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'failed'
  LIMIT ? OFFSET ?) AS anon_3) AS failed, (SELECT count(*) AS count_4
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))
  LIMIT ? OFFSET ?) AS anon_4) AS expired_leases, (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
 FROM outbox
-WHERE outbox.status = 'pending'))) * 86400.0 AS oldest_pending_age;
+WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'))) * 86400.0 AS oldest_pending_age;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq
