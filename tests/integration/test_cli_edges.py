@@ -19,15 +19,18 @@ from relay.celery import celery_config, create_app
 from relay.config import Settings
 from tests.unit.test_config import EDGE_VALUES
 
-#: The commands a user runs first, with the arguments they need.
-COMMANDS = [
+#: The commands that need only the database (bad values of other settings cannot stop them).
+DATABASE_COMMANDS = [
     ["migrate"],
     ["status"],
     ["status", "--json"],
     ["failed", "list"],
     ["purge-sent", "--older-than", "7d"],
-    ["dispatch", "--once"],
+    ["pending", "list"],
+    ["inbox", "purge", "--older-than", "30d"],
 ]
+#: Every command a user runs first, with the arguments it needs.
+COMMANDS = [*DATABASE_COMMANDS, ["probe", "ready"], ["doctor"], ["dispatch", "--once"]]
 
 
 @pytest.fixture
@@ -63,9 +66,10 @@ def test_database_commands_ignore_bad_values_they_do_not_use(
     var: str, fresh_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A bad value of a relay-only setting stops `relay dispatch` (exit 2, naming it) but not
-    `relay migrate`, `status`, `failed` or `purge-sent`, which need only the database."""
+    `relay migrate`, `status`, `failed`, `pending`, `purge-sent` or `inbox purge`, which
+    need only the database."""
     monkeypatch.setenv(var, "not-a-number")
-    for args in COMMANDS[:-1]:
+    for args in DATABASE_COMMANDS:
         assert cli.main(args) == 0, args
     assert cli.main(["dispatch", "--once"]) == 2
     assert var in capsys.readouterr().err
