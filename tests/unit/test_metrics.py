@@ -1,0 +1,68 @@
+"""relay.metrics without services: the observer's counts and the batched histogram update."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from relay.metrics import PrometheusObserver, observe_many
+from relay.observe import Recorded
+from relay.records import ClaimedEvent, PublishResult
+
+
+def _event(n: int, event_type: str, age: float = 0.0) -> ClaimedEvent:
+    created = datetime.now(UTC) - timedelta(seconds=age)
+    return ClaimedEvent(n, event_type, {}, None, None, 1, created)
+
+
+@pytest.mark.parametrize("amounts", [[], [0.0], [0.001, 0.0025, 7.0, 1e9, 0.5, 0.5, -1.0]])
+def test_observe_many_equals_one_observe_per_amount(amounts: list[float]) -> None:
+    """Bucket counts, count and sum match the client's own observe, edges included."""
+    rng = random.Random(7)
+    amounts = [*amounts, *(rng.expovariate(2.0) for _ in range(200))]
+    one, many = CollectorRegistry(), CollectorRegistry()
+    buckets = (0.001, 0.0025, 0.5, 1.0, 7.0)
+    h1 = Histogram("lag_seconds", "x", buckets=buckets, registry=one)
+    h2 = Histogram("lag_seconds", "x", buckets=buckets, registry=many)
+    for a in amounts:
+        h1.observe(a)
+    observe_many(h2, amounts)
+    assert _samples(many) == _samples(one)
+
+
+def _samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (s.name, s.labels, s.value)
+        for m in registry.collect()
+        for s in m.samples
+        if not s.name.endswith("_created")
+    ]
+
+
+def test_observer_counts_by_event_type_and_only_what_was_recorded() -> None:
+    """Sent, rescheduled and failed rows count under their event type; when the fence refused
+    some, the recorded number counts without an event type; lag is observed per sent row."""
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    a, b = [_event(i, "a", age=2) for i in range(3)], [_event(10, "b")]
+    result = observer.publish([*a, *b], lambda events: PublishResult(confirmed=list(events)))
+    assert len(result.confirmed) == 4
+    observer.claimed([*a, *b], 0.01)
+    observer.recorded(Recorded([*a, *b], [], [], 0, 0, True, (4, 0, 0)))
+    observer.recorded(Recorded([], b, a, 2, 3, False, (0, 1, 1)))
+    observer.lease_lost(2)
+    value = registry.get_sample_value
+    assert value("relay_events_sent_total", {"event_type": "a"}) == 3
+    assert value("relay_events_sent_total", {"event_type": "b"}) == 1
+    assert value("relay_events_rescheduled_total", {"event_type": "b"}) == 1
+    assert value("relay_events_failed_total", {"event_type": ""}) == 1
+    assert value("relay_events_claimed_total") == 4
+    assert value("relay_events_released_total") == 2
+    assert value("relay_lease_lost_total") == 5
+    assert value("relay_delivery_lag_seconds_count") == 4
+    assert value("relay_delivery_lag_seconds_sum") >= 6
+    assert value("relay_publish_seconds_count") == 1
+    assert value("relay_claim_seconds_count") == 1
