@@ -250,8 +250,13 @@ def serve(port: int, store: Any) -> PrometheusObserver:
     """One process's endpoint (``relay dispatch --loop``): the default registry (the relay's
     metrics, the process collector) and the outbox gauges read through ``store``."""
     observer = PrometheusObserver.shared()
-    prometheus_client.REGISTRY.register(OutboxCollector(store))
-    _listen(port, prometheus_client.REGISTRY)
+    collector = OutboxCollector(store)
+    prometheus_client.REGISTRY.register(collector)
+    try:
+        _listen(port, prometheus_client.REGISTRY)
+    except ConfigError:
+        prometheus_client.REGISTRY.unregister(collector)
+        raise
     return observer
 
 
