@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import markdown, ordering, plots, wakeup
+from bench import markdown, metrics_cost, ordering, plots, wakeup
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
@@ -33,5 +33,7 @@ def write(results: Path, docs: Path) -> Path:
         text += "\n" + ordering.render(res["ordering"])
     if "wakeup" in res:  # self-contained section: bench/wakeup.py renders its own
         text += "\n" + wakeup.render(res["wakeup"])
+    if "metrics_cost" in res:  # self-contained section: bench/metrics_cost.py renders its own
+        text += "\n" + metrics_cost.render(res["metrics_cost"])
     docs.write_text(text)
     return docs

@@ -9,6 +9,7 @@ from bench import (
     ceiling,
     fixtures,
     history,
+    metrics_cost,
     ordering,
     phases,
     polling_latency,
@@ -103,4 +104,5 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "latency_wakeup": latency_wakeup,
     "ordering": ordering.run,
     "wakeup": wakeup.run,
+    "metrics_cost": metrics_cost.run,
 }
