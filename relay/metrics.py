@@ -268,6 +268,7 @@ def serve_worker(port: int, store: Any) -> str:
         directory = tempfile.mkdtemp(prefix="relay-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         atexit.register(_remove, directory, os.getpid())
+    os.makedirs(directory, exist_ok=True)
     # The client picks its value class when first imported; the variable may be newer.
     values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]  # untyped in the client
     registry = CollectorRegistry()

@@ -115,8 +115,7 @@ def test_prefork_celery_worker_adds_up_its_children_and_reads_the_gauges_once(
     main process, the sum of what its children relayed (multiprocess mode) and the outbox
     gauges; the children's counter files are in PROMETHEUS_MULTIPROC_DIR."""
     services.require("RabbitMQ", services.AMQP_URL)
-    port, directory = free_port(), tmp_path / "metrics"
-    directory.mkdir()
+    port, directory = free_port(), tmp_path / "metrics"  # created by the worker
     env = relay_env(
         database_url=pg_url,
         broker_url=services.AMQP_URL,
