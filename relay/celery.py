@@ -245,6 +245,8 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     Every message the relay sends names ``settings.queue`` (Celery deprecates a per-task queue
     attribute, and ``install`` leaves the app's routes alone).
     """
+    # filesystem:// (the embedded default) means the relay's atomic variant in this app too.
+    transports.register()
     runtime = Runtime(settings)
     s = settings
     common: dict[str, Any] = {
