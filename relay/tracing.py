@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,8 @@ from relay.records import ClaimedEvent, PublishResult
 #: The headers of the W3C trace context, the only ones captured and injected.
 TRACE_HEADERS = ("traceparent", "tracestate")
 TRACER_NAME = "relay"
+
+log = logging.getLogger(__name__)
 
 _UNSET: Any = object()
 _api_cache: Any = _UNSET
@@ -104,45 +107,19 @@ class PublishTracer(Observer):
 
     def publish(self, events: list[ClaimedEvent], send: Send) -> PublishResult:
         api = _api()
-        traced = [i for i, e in enumerate(events) if e.headers and "traceparent" in e.headers]
+        traced = [i for i, e in enumerate(events) if _carrier(e.headers)]
         if api is None or not traced:
             return send(events)
-        from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+        from opentelemetry.trace import Status, StatusCode
 
-        tracer = api.trace.get_tracer(TRACER_NAME)
-        out, spans = list(events), {}
-        for i in traced:
-            event = events[i]
-            exchange, routing_key = _destination(event, self.exchange)
-            span = tracer.start_span(
-                f"publish {exchange or '(default)'}",
-                context=api.w3c.extract(dict(event.headers or {})),
-                kind=SpanKind.PRODUCER,
-                attributes={
-                    "messaging.system": self.system,
-                    "messaging.operation.type": "send",
-                    "messaging.operation.name": "publish",
-                    "messaging.destination.name": exchange,
-                    "messaging.rabbitmq.destination.routing_key": routing_key,
-                    "messaging.message.id": str(event.id),
-                },
-            )
-            carrier: dict[str, str] = {}
-            api.w3c.inject(carrier, context=api.trace.set_span_in_context(span))
-            out[i] = dataclasses.replace(event, headers={**(event.headers or {}), **carrier})
-            spans[event.id] = span
-        batch = tracer.start_span(
-            f"publish {self.exchange}",
-            kind=SpanKind.PRODUCER,
-            links=[Link(s.get_span_context()) for s in spans.values()],
-            attributes={
-                "messaging.system": self.system,
-                "messaging.operation.type": "send",
-                "messaging.operation.name": "publish",
-                "messaging.destination.name": self.exchange,
-                "messaging.batch.message_count": len(events),
-            },
-        )
+        spans: dict[int, Any] = {}
+        try:
+            out, batch = self._start(api, events, traced, spans)
+        except Exception:  # tracing must never stop a batch: publish it untraced
+            log.warning("tracing the publish failed; publishing untraced", exc_info=True)
+            for span in spans.values():
+                span.end()
+            return send(events)
         verdicts: dict[int, str | None] = {}
         try:
             result = send(out)
@@ -162,6 +139,57 @@ class PublishTracer(Observer):
                 span.end()
             batch.end()
 
+    def _start(
+        self, api: _Api, events: list[ClaimedEvent], traced: list[int], spans: dict[int, Any]
+    ) -> tuple[list[ClaimedEvent], Any]:
+        """Start a PRODUCER span per traced event (into ``spans``) and the batch's; returns the
+        events to send, traced ones carrying their span's context, and the batch span."""
+        from opentelemetry.trace import Link, SpanKind
+
+        tracer = api.trace.get_tracer(TRACER_NAME)
+        out = list(events)
+        for i in traced:
+            event = events[i]
+            exchange, routing_key = _destination(event, self.exchange)
+            span = tracer.start_span(
+                f"publish {exchange or '(default)'}",
+                context=api.w3c.extract(_carrier(event.headers)),
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": self.system,
+                    "messaging.operation.type": "send",
+                    "messaging.operation.name": "publish",
+                    "messaging.destination.name": exchange,
+                    "messaging.rabbitmq.destination.routing_key": routing_key,
+                    "messaging.message.id": str(event.id),
+                },
+            )
+            spans[event.id] = span
+            carrier: dict[str, str] = {}
+            api.w3c.inject(carrier, context=api.trace.set_span_in_context(span))
+            out[i] = dataclasses.replace(event, headers={**(event.headers or {}), **carrier})
+        batch = tracer.start_span(
+            f"publish {self.exchange}",
+            kind=SpanKind.PRODUCER,
+            links=[Link(s.get_span_context()) for s in spans.values()],
+            attributes={
+                "messaging.system": self.system,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "publish",
+                "messaging.destination.name": self.exchange,
+                "messaging.batch.message_count": len(events),
+            },
+        )
+        return out, batch
+
+
+def _carrier(headers: Mapping[str, Any] | None) -> dict[str, str]:
+    """The W3C trace headers among ``headers`` that are strings (a row written by plain SQL
+    may hold anything there); empty when there is no ``traceparent``."""
+    if not headers or not isinstance(headers.get("traceparent"), str):
+        return {}
+    return {k: headers[k] for k in TRACE_HEADERS if isinstance(headers.get(k), str)}
+
 
 @contextlib.contextmanager
 def consuming(message: Any, queue: str) -> Iterator[Callable[[str], None]]:
@@ -169,12 +197,12 @@ def consuming(message: Any, queue: str) -> Iterator[Callable[[str], None]]:
     a ``traceparent`` and OTel is installed); yields ``note(outcome)`` to record the outcome."""
     api = _api()
     headers: Mapping[str, Any] = getattr(message, "headers", None) or {}
-    if api is None or "traceparent" not in headers:
+    if api is None or not _carrier(headers):
         yield _ignore
         return
     from opentelemetry.trace import Link, SpanKind
 
-    parent = api.w3c.extract({k: str(headers[k]) for k in TRACE_HEADERS if k in headers})
+    parent = api.w3c.extract(_carrier(headers))
     publish = api.trace.get_current_span(parent).get_span_context()
     properties = getattr(message, "properties", None) or {}
     delivery = getattr(message, "delivery_info", None) or {}
