@@ -124,7 +124,7 @@ class Listener:
                         self.on_notify()
                     lost_at, delay = None, timing.LISTEN_RETRY_FIRST_SECONDS
                     self._serve(conn)
-            except psycopg.Error as exc:
+            except Exception as exc:  # whatever broke the session: listen again, never die
                 self.listening.clear()
                 lost_at = time.monotonic() if lost_at is None else lost_at
                 log.warning(

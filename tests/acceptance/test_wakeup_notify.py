@@ -153,6 +153,28 @@ def test_dispatch_loop_listens_again_after_a_postgresql_restart(
     assert max(measured) < 0.1, measured
 
 
+def test_notify_off_on_postgresql_polls_adaptively(
+    pg_url: str, engine: sa.Engine, amqp_url: str, exchange_name: str, tmp_path: Path
+) -> None:
+    """RELAY_NOTIFY=0 (a pooler in transaction mode): `relay dispatch --loop` does not LISTEN
+    and polls instead, floor to tick, so a steady producer's events still take under 300 ms."""
+    env = fleet_env(pg_url, amqp_url, exchange_name, tick_seconds=1, notify=0)
+    fleet = Fleet(env, tmp_path)
+    try:
+        (worker,) = fleet.start(1)
+        wait_until(lambda: "polling every" in worker.log(), 30, "the relay to start")
+        with Arrivals(amqp_url, exchange_name) as arrivals:
+            latencies(engine, arrivals, 1, 0.0)
+            measured = latencies(engine, arrivals, 40, 0.02)
+        fleet.assert_alive()
+        log = worker.log()
+    finally:
+        codes = fleet.stop()
+    assert set(codes.values()) == {0}, fleet.logs()
+    assert "listening on relay_outbox" not in log
+    assert max(measured) < 0.3, measured
+
+
 @pytest.fixture
 def mysql_url(backend_pool: BackendPool) -> Iterator[str]:
     with backend_pool.database("mysql") as url:
