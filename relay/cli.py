@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay import operate
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import CONSOLE_ONLY, DATABASE_ONLY, Settings
 from relay.exceptions import ConfigError, RelayError, SelectorError
 from relay.urls import redact
 
@@ -102,6 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
         ip = isub.add_parser(name, help=f"{verb} an event queue (<QUEUE>.dead on the broker)")
         ip.add_argument("queue", metavar="QUEUE", help="the event queue (on_event's queue=)")
         ip.add_argument("--limit", type=int, default=100 if name == "dead" else 1_000_000)
+
+    p = sub.add_parser(
+        "console",
+        help="serve the web console (extra [console]): backlog, leases, dead letters, re-drive",
+        description="Serve the operators' web console and its JSON API. Credentials: "
+        "RELAY_CONSOLE_TOKEN (operator) and RELAY_CONSOLE_READONLY_TOKEN (view only); with "
+        "neither set, a token is made up for this run and a sign-in link printed.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8200, help="port to listen on (default 8200)")
 
     p = sub.add_parser(
         "demo",
@@ -313,6 +323,17 @@ def _cmd_inbox(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_console(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        from relay.console.serve import serve
+    except ImportError as exc:
+        raise ConfigError(
+            f"relay console needs the [console] extra: pip install 'celery-outbox-relay[console]' "
+            f"({exc.name} is missing)"
+        ) from exc
+    return serve(settings, args.host, args.port)
+
+
 def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     if not args.verbose:
         # A log line per Celery task would drown the progress line; warnings still show.
@@ -341,6 +362,7 @@ _USES: dict[str, frozenset[str] | None] = {
     "pending": DATABASE_ONLY,
     "purge-sent": DATABASE_ONLY,
     "inbox": DATABASE_ONLY | {"broker_url", "events_url"},
+    "console": CONSOLE_ONLY,
     # The demo builds its own settings: a throw-away database and the in-memory transport.
     "demo": frozenset(),
 }
@@ -355,5 +377,6 @@ _COMMANDS = {
     "pending": _cmd_pending,
     "purge-sent": _cmd_purge_sent,
     "inbox": _cmd_inbox,
+    "console": _cmd_console,
     "demo": _cmd_demo,
 }

@@ -72,6 +72,13 @@ class Settings:
     #: Port of the Prometheus endpoint of ``relay dispatch --loop`` and of relay Celery workers
     #: (``relay.metrics``); None: no endpoint, no metrics kept.
     metrics_port: int | None = None
+    #: The web console's operator token (``relay console``): may view and act. Secret.
+    console_token: str | None = field(default=None, metadata={"secret": True})
+    #: The web console's view-only token: may view, never act. Secret.
+    console_readonly_token: str | None = field(default=None, metadata={"secret": True})
+    #: Payload and header fields the console masks everywhere, comma-separated
+    #: (``password,card_number``; any case, at any depth).
+    console_redact: str | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -206,6 +213,7 @@ class Settings:
                 self.metrics_port,
                 "must be a TCP port, 1..65535",
             )
+        self._validate_console()
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),
@@ -213,6 +221,43 @@ class Settings:
         ):
             if url is not None:
                 _check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
+
+    def _validate_console(self) -> None:
+        for var, token in (
+            ("RELAY_CONSOLE_TOKEN", self.console_token),
+            ("RELAY_CONSOLE_READONLY_TOKEN", self.console_readonly_token),
+        ):
+            if token is None:
+                continue
+            shown = token[:2] + "..."  # a secret: never echoed whole
+            _check(len(token) >= MIN_TOKEN_LENGTH, var, shown, "must be at least 16 characters")
+            _check(
+                token.isascii() and token.isprintable() and " " not in token,
+                var,
+                shown,
+                "must be printable ASCII without spaces (it travels in an HTTP header)",
+            )
+        if self.console_token is not None:
+            _check(
+                self.console_token != self.console_readonly_token,
+                "RELAY_CONSOLE_READONLY_TOKEN",
+                "...",
+                "must differ from RELAY_CONSOLE_TOKEN",
+            )
+        if self.console_redact is not None:
+            _check(
+                all(name.strip() for name in self.console_redact.split(",")),
+                "RELAY_CONSOLE_REDACT",
+                self.console_redact,
+                "has an empty field name (expected names separated by commas)",
+            )
+
+    @property
+    def console_redact_fields(self) -> frozenset[str]:
+        """The field names ``RELAY_CONSOLE_REDACT`` masks, lower-cased."""
+        if not self.console_redact:
+            return frozenset()
+        return frozenset(n.strip().lower() for n in self.console_redact.split(","))
 
     @property
     def events_connection_url(self) -> str:
@@ -251,12 +296,18 @@ class Settings:
         out: dict[str, Any] = {}
         for f in env_fields():
             value = getattr(self, f.name)
+            if f.metadata.get("secret") and value is not None:
+                value = "***"
             out[f.name] = redact(value) if isinstance(value, str) else value
         return out
 
 
 #: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
 DATABASE_ONLY = frozenset({"database_url"})
+#: What ``relay console`` reads: the database, its credentials and the fields it masks.
+CONSOLE_ONLY = DATABASE_ONLY | {"console_token", "console_readonly_token", "console_redact"}
+#: A console token shorter than this is refused: it must not be guessable.
+MIN_TOKEN_LENGTH = 16
 
 
 def env_fields() -> tuple[Field[Any], ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from relay.exceptions import SelectorError
 from relay.records import Status
@@ -50,6 +51,24 @@ class EventFilter:
         if self.selects and self.all:
             raise SelectorError("give either a selector or all, not both")
         return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The selectors given, as JSON values (a duration as ``"7200s"`` ago): for the audit."""
+        out: dict[str, Any] = {"statuses": [s.value for s in self.statuses]}
+        if self.ids:
+            out["ids"] = list(self.ids)
+        for name in ("event_type", "key", "error"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        for name in ("since", "until"):
+            when = getattr(self, name)
+            if isinstance(when, timedelta):
+                out[name] = f"{when.total_seconds():g}s"
+            elif when is not None:
+                out[name] = when.isoformat()
+        if self.all:
+            out["all"] = True
+        return out
 
 
 def like_pattern(glob: str) -> str:

@@ -177,5 +177,33 @@ heartbeats = Table(
     Column("beat_at", Timestamp, nullable=False, server_default=utc_now()),
 )
 
+#: Sent rows by the time they were sent: the console's last-hour throughput and lag charts read
+#: only that hour's rows, however long the history.
+Index("ix_outbox_sent_at", outbox.c.sent_at)
+
+#: Every action an operator took through the web console or its API: who, what, the filter,
+#: how many rows, when (``relay.console``). Written in the action's own transaction.
+audit = Table(
+    "relay_audit",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("at", Timestamp, nullable=False, server_default=utc_now()),
+    #: The name the operator signed in with, or what a script sent as ``X-Relay-Actor``.
+    Column("actor", String(255), nullable=False),
+    #: ``operator`` or ``viewer``: the credential's role.
+    Column("role", String(16), nullable=False),
+    #: ``console`` (a signed-in browser) or ``api`` (a bearer token).
+    Column("via", String(16), nullable=False),
+    #: ``retry`` or ``purge``.
+    Column("action", String(16), nullable=False),
+    #: The status acted on: ``failed``, or ``sent`` for a purge of sent rows.
+    Column("status", String(16), nullable=False),
+    #: The filter as JSON (``EventFilter.as_dict``).
+    Column("selector", JSON, nullable=False),
+    Column("matched", Integer, nullable=False),
+    Column("changed", Integer, nullable=False),
+    sqlite_autoincrement=True,
+)
+
 #: Every table the relay's migrations own (Alembic's comparison looks at these only).
 TABLES = frozenset(metadata.tables)

@@ -299,23 +299,36 @@ class Store:
         return self.list_events(EventFilter(statuses=(Status.FAILED,)), limit)
 
     def retry_failed(
-        self, f: EventFilter | Sequence[int] | None = None, *, dry_run: bool = False
+        self,
+        f: EventFilter | Sequence[int] | None = None,
+        *,
+        dry_run: bool = False,
+        actor: Actor | None = None,
     ) -> Changed:
         """Put the failed rows the filter selects (all, or these ids) back to pending with
-        fresh attempts; a dry run counts them and changes nothing."""
-        matching = self.dialect.matching(_failed(f).for_action("retry"))
+        fresh attempts; a dry run counts them and changes nothing. ``actor``: record the action
+        in the audit table, in the same transaction."""
+        chosen = _failed(f).for_action("retry")
+        matching = self.dialect.matching(chosen)
         with self._tx() as conn:
             matched = self._count(conn, _and_failed(matching))
             if dry_run:
                 return Changed(matched, 0)
-            return Changed(matched, conn.execute(self.dialect.retry_failed(matching)).rowcount)
+            done = Changed(matched, conn.execute(self.dialect.retry_failed(matching)).rowcount)
+            self._audit(conn, actor, "retry", chosen, done)
+            return done
 
     def purge_failed(
-        self, f: EventFilter | Sequence[int] | None = None, *, dry_run: bool = False
+        self,
+        f: EventFilter | Sequence[int] | None = None,
+        *,
+        dry_run: bool = False,
+        actor: Actor | None = None,
     ) -> Changed:
         """Delete the failed rows the filter selects (all, or these ids); a purged failed head
         no longer holds its key, whose progress moves past it. A dry run changes nothing."""
-        matching = self.dialect.matching(_failed(f).for_action("purge"))
+        chosen = _failed(f).for_action("purge")
+        matching = self.dialect.matching(chosen)
         with self._tx() as conn:
             matched = self._count(conn, _and_failed(matching))
             if dry_run:
@@ -325,7 +338,80 @@ class Store:
             moves = [{"b_key": k, "b_from": int(s) - 1, "b_to": int(s)} for k, s in places]
             if moves:
                 _executemany(conn, self.dialect.advance(), moves)
+            self._audit(conn, actor, "purge", chosen, Changed(matched, n))
             return Changed(matched, n)
+
+    def purge_sent_events(
+        self, f: EventFilter, *, dry_run: bool = False, actor: Actor | None = None
+    ) -> Changed:
+        """Delete the sent rows the filter selects (ids, a filter or all), in one transaction;
+        the retention purge (:meth:`purge_sent`) is the tool for deleting history by age."""
+        chosen = replace(f, statuses=(Status.SENT,)).for_action("purge")
+        matching = self.dialect.matching(chosen)
+        with self._tx() as conn:
+            matched = self._count(conn, sa.and_(outbox.c.status == Status.SENT.value, matching))
+            if dry_run:
+                return Changed(matched, 0)
+            done = Changed(
+                matched, conn.execute(self.dialect.purge_sent_matching(matching)).rowcount
+            )
+            self._audit(conn, actor, "purge", chosen, done)
+            return done
+
+    def _audit(
+        self, conn: Connection, actor: Actor | None, action: str, f: EventFilter, done: Changed
+    ) -> None:
+        if actor is None:
+            return
+        conn.execute(
+            self.dialect.record_action(),
+            {
+                "actor": actor.name[:255],
+                "role": actor.role,
+                "via": actor.via,
+                "action": action,
+                "status": f.statuses[0].value,
+                "selector": f.as_dict(),
+                "matched": done.matched,
+                "changed": done.changed,
+            },
+        )
+
+    def event(self, event_id: int) -> dict[str, Any] | None:
+        """Every column of one row, or None when there is no such row."""
+        with self._tx() as conn:
+            stmt = self.dialect.event_details(self.dialect.matching(EventFilter(ids=(event_id,))))
+            row = conn.execute(stmt).mappings().first()
+        return None if row is None else dict(row)
+
+    def sent_per_minute(self) -> list[dict[str, Any]]:
+        """The last hour's sent rows and commit-to-sent lag per minute ago, oldest first."""
+        with self._tx() as conn:
+            rows = conn.execute(self.dialect.sent_per_minute()).mappings().all()
+        return sorted(
+            (
+                {
+                    "minutes_ago": int(r["minutes_ago"]),
+                    "sent": int(r["sent"]),
+                    "mean_lag": max(0.0, float(r["mean_lag"] or 0)),
+                    "max_lag": max(0.0, float(r["max_lag"] or 0)),
+                }
+                for r in rows
+                if r["minutes_ago"] is not None
+            ),
+            key=lambda r: -r["minutes_ago"],
+        )
+
+    def leases(self) -> list[dict[str, Any]]:
+        """Processing rows per lease holder: rows, expired ones, first and last expiry."""
+        with self._tx() as conn:
+            return [dict(r) for r in conn.execute(self.dialect.leases_by_holder()).mappings()]
+
+    def audit_log(self, limit: int = 100, after: int | None = None) -> list[dict[str, Any]]:
+        """Operators' recorded actions, newest first, from just before audit id ``after``."""
+        with self._tx() as conn:
+            stmt = self.dialect.audit_page(limit, after)
+            return [dict(r) for r in conn.execute(stmt).mappings()]
 
     def purge_sent(
         self,
@@ -352,6 +438,18 @@ class Store:
             if n < batch_size:
                 break
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who takes an operator's action, for the audit table."""
+
+    #: The name given at sign-in, or a script's ``X-Relay-Actor``.
+    name: str
+    #: ``operator`` (only operators act; kept for the record).
+    role: str
+    #: ``console`` or ``api``.
+    via: str
 
 
 @dataclass(frozen=True, slots=True)

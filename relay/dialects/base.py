@@ -22,6 +22,7 @@ from sqlalchemy import (
     Connection,
     Delete,
     Float,
+    Insert,
     RowMapping,
     Select,
     String,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     case,
     delete,
     func,
+    insert,
     literal,
     literal_column,
     null,
@@ -43,7 +45,7 @@ from sqlalchemy import (
 
 from relay.filters import EventFilter, like_pattern
 from relay.records import Status
-from relay.schema import outbox, outbox_progress
+from relay.schema import audit, outbox, outbox_progress
 
 #: The columns a claim returns: what the publisher needs and the fence.
 CLAIM_COLUMNS = (
@@ -499,6 +501,57 @@ class Dialect:
     def purge_failed(self, matching: ColumnElement[bool]) -> Delete:
         """Delete the failed rows ``matching`` selects."""
         return delete(outbox).where(outbox.c.status == FAILED, matching)
+
+    def purge_sent_matching(self, matching: ColumnElement[bool]) -> Delete:
+        """Delete the sent rows ``matching`` selects (an operator's purge by filter)."""
+        return delete(outbox).where(outbox.c.status == SENT, matching)
+
+    def event_details(self, matching: ColumnElement[bool]) -> Select[Any]:
+        """Every column of the rows ``matching`` selects (one event's page)."""
+        return select(outbox).where(matching).order_by(outbox.c.id).limit(2)
+
+    def sent_per_minute(self) -> Select[Any]:
+        """The last hour's sent rows per minute ago (0-59), with their mean and largest
+        commit-to-sent lag in seconds; reads that hour only, through ``ix_outbox_sent_at``."""
+        ago = func.floor(self.seconds_since(outbox.c.sent_at) / literal_column("60.0"))
+        lag = self.seconds_since(outbox.c.created_at) - self.seconds_since(outbox.c.sent_at)
+        return (
+            select(
+                ago.label("minutes_ago"),
+                func.count().label("sent"),
+                func.avg(lag).label("mean_lag"),
+                func.max(lag).label("max_lag"),
+            )
+            .where(outbox.c.sent_at >= self.now_plus(literal(-3600.0, Float)))
+            .group_by(ago)
+        )
+
+    def leases_by_holder(self) -> Select[Any]:
+        """Processing rows per lease holder: how many, how many expired, first and last expiry."""
+        expired = case((outbox.c.locked_until < self.now(), 1), else_=0)
+        return (
+            select(
+                outbox.c.locked_by,
+                func.count().label("rows"),
+                func.sum(expired).label("expired"),
+                func.min(outbox.c.locked_until).label("first_expiry"),
+                func.max(outbox.c.locked_until).label("last_expiry"),
+            )
+            .where(outbox.c.status == PROCESSING)
+            .group_by(outbox.c.locked_by)
+            .order_by(outbox.c.locked_by)
+        )
+
+    def record_action(self) -> Insert:
+        """One audit row: who did what, to which rows, how many (bind every column but id, at)."""
+        return insert(audit)
+
+    def audit_page(self, limit: int, after: int | None) -> Select[Any]:
+        """Audit rows, newest first, from just before ``after`` (keyset by id)."""
+        stmt = select(audit)
+        if after is not None:
+            stmt = stmt.where(audit.c.id < after)
+        return stmt.order_by(audit.c.id.desc()).limit(limit)
 
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
         """Delete up to ``limit`` sent rows older than the retention, oldest first."""

@@ -42,6 +42,11 @@ BAD_VALUES = [
     ("RELAY_METRICS_PORT", "0", "1..65535"),
     ("RELAY_METRICS_PORT", "65536", "1..65535"),
     ("RELAY_METRICS_PORT", "http", "is not an integer"),
+    ("RELAY_CONSOLE_TOKEN", "short", "at least 16 characters"),
+    ("RELAY_CONSOLE_TOKEN", "sixteen chars ok", "without spaces"),
+    ("RELAY_CONSOLE_READONLY_TOKEN", "tiny", "at least 16 characters"),
+    ("RELAY_CONSOLE_READONLY_TOKEN", "naïve-token-0123456", "printable ASCII"),
+    ("RELAY_CONSOLE_REDACT", "password,,card_number", "empty field name"),
 ]
 
 
@@ -97,6 +102,12 @@ EDGE_VALUES = [
     ("RELAY_POLL_FLOOR_SECONDS", "3600"),
     ("RELAY_METRICS_PORT", "1"),
     ("RELAY_METRICS_PORT", "65535"),
+    ("RELAY_CONSOLE_TOKEN", "t" * 16),
+    ("RELAY_CONSOLE_TOKEN", "t" * 512),
+    ("RELAY_CONSOLE_READONLY_TOKEN", "r" * 16),
+    ("RELAY_CONSOLE_READONLY_TOKEN", "r" * 512),
+    ("RELAY_CONSOLE_REDACT", "password"),
+    ("RELAY_CONSOLE_REDACT", "password,card_number,Authorization"),
 ]
 
 

@@ -1,6 +1,12 @@
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=%s WHERE outbox_progress.ordering_key = %s AND outbox_progress.sent_seq = %s;
 
+-- audit_page: Audit rows, newest first, from just before ``after`` (keyset by id).
+SELECT relay_audit.id, relay_audit.at, relay_audit.actor, relay_audit.`role`, relay_audit.via, relay_audit.action, relay_audit.status, relay_audit.selector, relay_audit.matched, relay_audit.changed
+FROM relay_audit
+WHERE relay_audit.id < %s ORDER BY relay_audit.id DESC
+ LIMIT %s;
+
 -- backlog: How many unordered rows and heads of keys are claimable now, counting each no
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
@@ -31,6 +37,12 @@ FROM outbox GROUP BY outbox.status;
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+
+-- event_details: Every column of the rows ``matching`` selects (one event's page).
+SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq
+FROM outbox
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s ORDER BY outbox.id
+ LIMIT %s;
 
 -- expired_leases: How many processing rows have an expired lease.
 SELECT count(*) AS count_1
@@ -80,6 +92,11 @@ SELECT last_insert_id() AS last_insert_id_1;
 -- lease_statement: Lease the picked rows; bind ``ids``.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %s), locked_by=%s, locked_until=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
+-- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
+SELECT outbox.locked_by, count(*) AS `rows`, sum(CASE WHEN (outbox.locked_until < (UTC_TIMESTAMP(6))) THEN %s ELSE %s END) AS expired, min(outbox.locked_until) AS first_expiry, max(outbox.locked_until) AS last_expiry
+FROM outbox
+WHERE outbox.status = 'processing' GROUP BY outbox.locked_by ORDER BY outbox.locked_by;
+
 -- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
 SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
 FROM outbox
@@ -118,6 +135,12 @@ FROM outbox
 WHERE outbox.status = 'sent' AND timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0 > %s ORDER BY outbox.id
  LIMIT %s) AS victims);
 
+-- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
+DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+
+-- record_action: One audit row: who did what, to which rows, how many (bind every column but id, at).
+INSERT INTO relay_audit (id, at, actor, `role`, via, action, status, selector, matched, changed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
+
 -- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
 UPDATE outbox SET status='pending', attempt=(outbox.attempt - %s), next_retry_at=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), locked_by=NULL, locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
@@ -137,6 +160,11 @@ UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NU
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) FOR UPDATE SKIP LOCKED;
+
+-- sent_per_minute: The last hour's sent rows per minute ago (0-59), with their mean and largest
+SELECT floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0) AS minutes_ago, count(*) AS sent, avg(timestampdiff(MICROSECOND, outbox.created_at, (UTC_TIMESTAMP(6))) / 1000000.0 - timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) AS mean_lag, max(timestampdiff(MICROSECOND, outbox.created_at, (UTC_TIMESTAMP(6))) / 1000000.0 - timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) AS max_lag
+FROM outbox
+WHERE outbox.sent_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) GROUP BY floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0);
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %s THEN %s WHEN %s THEN %s ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);

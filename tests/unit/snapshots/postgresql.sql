@@ -1,6 +1,12 @@
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=%(b_to)s::BIGINT WHERE outbox_progress.ordering_key = %(b_key)s::VARCHAR AND outbox_progress.sent_seq = %(b_from)s::BIGINT;
 
+-- audit_page: Audit rows, newest first, from just before ``after`` (keyset by id).
+SELECT relay_audit.id, relay_audit.at, relay_audit.actor, relay_audit.role, relay_audit.via, relay_audit.action, relay_audit.status, relay_audit.selector, relay_audit.matched, relay_audit.changed
+FROM relay_audit
+WHERE relay_audit.id < %(id_1)s::BIGINT ORDER BY relay_audit.id DESC
+ LIMIT %(param_1)s::INTEGER;
+
 -- backlog: How many unordered rows and heads of keys are claimable now, counting each no
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
@@ -31,6 +37,12 @@ FROM outbox GROUP BY outbox.status;
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- event_details: Every column of the rows ``matching`` selects (one event's page).
+SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq
+FROM outbox
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE ORDER BY outbox.id
+ LIMIT %(param_2)s::INTEGER;
 
 -- expired_leases: How many processing rows have an expired lease.
 SELECT count(*) AS count_1
@@ -79,6 +91,11 @@ WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attemp
 -- lease_statement: Lease the rows bound as ``ids`` (locked by this transaction), returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
 
+-- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
+SELECT outbox.locked_by, count(*) AS rows, sum(CASE WHEN (outbox.locked_until < now()) THEN %(param_1)s::INTEGER ELSE %(param_2)s::INTEGER END) AS expired, min(outbox.locked_until) AS first_expiry, max(outbox.locked_until) AS last_expiry
+FROM outbox
+WHERE outbox.status = 'processing' GROUP BY outbox.locked_by ORDER BY outbox.locked_by;
+
 -- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
 SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
 FROM outbox
@@ -110,6 +127,12 @@ FROM outbox
 WHERE outbox.status = 'sent' AND CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) > %(param_1)s ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER);
 
+-- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
+DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- record_action: One audit row: who did what, to which rows, how many (bind every column but id, at).
+INSERT INTO relay_audit (id, at, actor, role, via, action, status, selector, matched, changed) VALUES (%(id)s::BIGINT, %(at)s::TIMESTAMP WITH TIME ZONE, %(actor)s::VARCHAR, %(role)s::VARCHAR, %(via)s::VARCHAR, %(action)s::VARCHAR, %(status)s::VARCHAR, %(selector)s::JSON, %(matched)s::INTEGER, %(changed)s::INTEGER);
+
 -- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
 UPDATE outbox SET status='pending', attempt=(outbox.attempt - %(attempt_1)s::INTEGER), next_retry_at=(now() + %(delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(error)s::VARCHAR, updated_at=now() FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
 
@@ -131,6 +154,11 @@ FROM unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, 
 FROM outbox
 WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
  LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true;
+
+-- sent_per_minute: The last hour's sent rows per minute ago (0-59), with their mean and largest
+SELECT floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC)) AS minutes_ago, count(*) AS sent, avg(CAST(EXTRACT(epoch FROM now() - outbox.created_at) AS FLOAT) - CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT)) AS mean_lag, max(CAST(EXTRACT(epoch FROM now() - outbox.created_at) AS FLOAT) - CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT)) AS max_lag
+FROM outbox
+WHERE outbox.sent_at >= now() + %(param_1)s * interval '1 second' GROUP BY floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC));
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %(param_1)s::VARCHAR THEN %(param_2)s::INTEGER WHEN %(param_3)s::VARCHAR THEN %(param_4)s::INTEGER ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);

@@ -1,6 +1,12 @@
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=? WHERE outbox_progress.ordering_key = ? AND outbox_progress.sent_seq = ?;
 
+-- audit_page: Audit rows, newest first, from just before ``after`` (keyset by id).
+SELECT relay_audit.id, relay_audit.at, relay_audit.actor, relay_audit.role, relay_audit.via, relay_audit.action, relay_audit.status, relay_audit.selector, relay_audit.matched, relay_audit.changed
+FROM relay_audit
+WHERE relay_audit.id < ? ORDER BY relay_audit.id DESC
+ LIMIT ? OFFSET ?;
+
 -- backlog: How many unordered rows and heads of keys are claimable now, counting each no
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
@@ -29,6 +35,12 @@ FROM outbox GROUP BY outbox.status;
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
+-- event_details: Every column of the rows ``matching`` selects (one event's page).
+SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq
+FROM outbox
+WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? ORDER BY outbox.id
+ LIMIT ? OFFSET ?;
 
 -- expired_leases: How many processing rows have an expired lease.
 SELECT count(*) AS count_1
@@ -75,6 +87,11 @@ WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
 
+-- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
+SELECT outbox.locked_by, count(*) AS rows, sum(CASE WHEN (outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) THEN ? ELSE ? END) AS expired, min(outbox.locked_until) AS first_expiry, max(outbox.locked_until) AS last_expiry
+FROM outbox
+WHERE outbox.status = 'processing' GROUP BY outbox.locked_by ORDER BY outbox.locked_by;
+
 -- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
 SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
 FROM outbox
@@ -106,6 +123,12 @@ FROM outbox
 WHERE outbox.status = 'sent' AND (julianday('now') - julianday(outbox.sent_at)) * 86400.0 > ? ORDER BY outbox.id
  LIMIT ? OFFSET ?);
 
+-- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
+DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
+-- record_action: One audit row: who did what, to which rows, how many (bind every column but id, at).
+INSERT INTO relay_audit (id, at, actor, role, via, action, status, selector, matched, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
 -- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
 UPDATE outbox SET status='pending', attempt=(outbox.attempt - ?), next_retry_at=strftime(?, 'now', printf(?, ?)), locked_by=NULL, locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
@@ -125,6 +148,11 @@ UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NUL
 SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
+
+-- sent_per_minute: The last hour's sent rows per minute ago (0-59), with their mean and largest
+SELECT floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0)) AS minutes_ago, count(*) AS sent, avg((julianday('now') - julianday(outbox.created_at)) * 86400.0 - (julianday('now') - julianday(outbox.sent_at)) * 86400.0) AS mean_lag, max((julianday('now') - julianday(outbox.created_at)) * 86400.0 - (julianday('now') - julianday(outbox.sent_at)) * 86400.0) AS max_lag
+FROM outbox
+WHERE outbox.sent_at >= strftime(?, 'now', printf(?, ?)) GROUP BY floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0));
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN ? THEN ? WHEN ? THEN ? ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);

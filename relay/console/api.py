@@ -1,0 +1,114 @@
+"""The JSON API under ``/api``: the contract for scripts (names stable, DESIGN.md §1.8).
+
+``GET /api/status`` (= ``relay status --json``), ``GET /api/events`` (a keyset page),
+``GET /api/events/{id}``, ``GET /api/audit``, ``POST /api/events/retry|purge``. A missing or
+wrong credential gets 401 and no data; a view-only one that acts gets 403. A browser session
+may call the API too, with its CSRF token in ``X-CSRF-Token`` for a POST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from relay.console.auth import Credential, csrf_ok
+from relay.console.views import BadRequest, act, jsonable, read_filter, read_page
+from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
+from relay.store import Actor
+
+if TYPE_CHECKING:
+    from relay.console.app import Console
+
+Handler = Callable[[Request, Credential], Awaitable[Response]]
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Bearer realm="relay"'} if status == 401 else None
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def routes(c: Console) -> list[Route]:
+    def guarded(handler: Handler, *, acting: bool = False) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            cred = c.credential(request)
+            if cred is None:
+                return _error(401, "a valid token is required (Authorization: Bearer …)")
+            if acting:
+                if not cred.may_act:
+                    return _error(403, "this token may view, not act")
+                if cred.via == "console" and not csrf_ok(cred, request.headers.get("x-csrf-token")):
+                    return _error(403, "a session's action needs its X-CSRF-Token")
+            try:
+                return await handler(request, cred)
+            except (BadRequest, SelectorError) as exc:
+                return _error(400, str(exc))
+            except DatabaseUnavailable as exc:
+                return _error(503, str(exc))
+            except StoreError as exc:
+                return _error(500, str(exc))
+
+        return endpoint
+
+    async def status(request: Request, cred: Credential) -> Response:
+        report = await run_in_threadpool(c.store.status)
+        return JSONResponse(report.as_dict())
+
+    async def events(request: Request, cred: Credential) -> Response:
+        f = read_filter(request.query_params)
+        limit, after = read_page(request.query_params, default=100)
+        rows = await run_in_threadpool(c.store.list_events, f, limit, after)
+        nxt = rows[-1]["id"] if len(rows) == limit else None
+        return JSONResponse({"events": [jsonable(r, c.redact) for r in rows], "next": nxt})
+
+    async def event(request: Request, cred: Credential) -> Response:
+        try:
+            event_id = int(request.path_params["event_id"])
+        except ValueError:
+            raise BadRequest("an event id is an integer") from None
+        row = await run_in_threadpool(c.store.event, event_id)
+        if row is None:
+            return _error(404, f"no event {event_id}")
+        return JSONResponse(jsonable(row, c.redact))
+
+    async def audit(request: Request, cred: Credential) -> Response:
+        limit, after = read_page(request.query_params, default=100)
+        rows = await run_in_threadpool(c.store.audit_log, limit, after)
+        nxt = rows[-1]["id"] if len(rows) == limit else None
+        return JSONResponse({"actions": [jsonable(r, frozenset()) for r in rows], "next": nxt})
+
+    def action(verb: str) -> Handler:
+        async def run(request: Request, cred: Credential) -> Response:
+            try:
+                body = await request.json()
+            except (ValueError, UnicodeDecodeError):
+                raise BadRequest("the body must be a JSON object") from None
+            if not isinstance(body, dict):
+                raise BadRequest("the body must be a JSON object")
+            dry_run = body.get("dry_run", False)
+            if not isinstance(dry_run, bool):
+                raise BadRequest("dry_run must be true or false")
+            f = read_filter(body)
+            actor = Actor(cred.name, cred.role, cred.via)
+            done = await run_in_threadpool(
+                lambda: act(c.store, verb, f, dry_run=dry_run, actor=actor)
+            )
+            return JSONResponse({"matched": done.matched, "changed": done.changed})
+
+        return run
+
+    return [
+        Route("/api/status", guarded(status), name="api_status"),
+        Route("/api/events", guarded(events), name="api_events"),
+        Route("/api/events/{event_id}", guarded(event), name="api_event"),
+        Route("/api/audit", guarded(audit), name="api_audit"),
+        Route("/api/events/retry", guarded(action("retry"), acting=True), methods=["POST"]),
+        Route("/api/events/purge", guarded(action("purge"), acting=True), methods=["POST"]),
+    ]
+
+
+__all__ = ["routes"]

@@ -1,0 +1,113 @@
+"""The console's ASGI application: ``app(engine, settings)``, mountable in any Starlette or
+FastAPI application, or served alone by ``relay console``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from relay.config import Settings
+from relay.console import api, pages
+from relay.console.auth import COOKIE, Credential, Guard
+from relay.exceptions import ConfigError
+from relay.store import Store
+
+HERE = Path(__file__).parent
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Sent with every answer: nothing but the console's own files runs or loads; no framing.
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        b"frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class Console:
+    """What every handler needs: the store, the guard, the masked fields, the templates."""
+
+    def __init__(self, store: Store, guard: Guard, redact: frozenset[str]) -> None:
+        self.store = store
+        self.guard = guard
+        self.redact = redact
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
+        )
+        # A str, so autoescaping applies: markup in a payload shows as text.
+        env.filters["tojson_pretty"] = lambda value: json.dumps(
+            value, indent=2, ensure_ascii=False, default=str
+        )
+        self.templates = Jinja2Templates(env=env)
+
+    def credential(self, request: Request) -> Credential | None:
+        """The request's bearer token or session cookie, if valid."""
+        return self.guard.bearer(
+            request.headers.get("authorization"), request.headers.get("x-relay-actor")
+        ) or self.guard.session(request.cookies.get(COOKIE))
+
+
+class _Console:
+    """The console's Starlette app, with its security headers on every answer, resolving its
+    own route names even when mounted (a host app's router would not know them)."""
+
+    def __init__(self, inner: Starlette) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        root = scope.get("root_path", "")
+        scope = {**scope, "router": self.inner.router, "app_root_path": root}
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.inner(scope, receive, with_headers)
+
+
+def app(engine: Engine, settings: Settings) -> ASGIApp:
+    """The console over ``engine``'s outbox, with the credentials and masked fields of
+    ``settings``; refuses to build without a token (never an open console)."""
+    if not settings.console_token and not settings.console_readonly_token:
+        raise ConfigError(
+            "RELAY_CONSOLE_TOKEN: the console needs RELAY_CONSOLE_TOKEN or "
+            "RELAY_CONSOLE_READONLY_TOKEN; it never serves without a credential"
+        )
+    console = Console(
+        Store(engine),
+        Guard(settings.console_token, settings.console_readonly_token),
+        settings.console_redact_fields,
+    )
+    routes = [
+        *api.routes(console),
+        *pages.routes(console),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    return _Console(Starlette(routes=routes))
+
+
+__all__ = ["Console", "app"]

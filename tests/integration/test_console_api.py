@@ -1,0 +1,302 @@
+"""The console's JSON API and its auth rules over HTTP, on every database (DESIGN.md §1.8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+from relay.schema import audit
+from tests.support import console as web
+from tests.support.console import OPERATOR_TOKEN, VIEWER_TOKEN, bearer
+
+API_GETS = ["/api/status", "/api/events", "/api/events/1", "/api/audit"]
+
+
+@pytest.mark.parametrize(
+    "headers", [{}, bearer("wrong-token-0123456789"), {"Authorization": "Basic x"}]
+)
+def test_no_valid_credential_gets_401_and_no_data(
+    engine: sa.Engine, headers: dict[str, str]
+) -> None:
+    """Without a valid credential every API route answers 401 with only an error, and a
+    page sends the browser to the sign-in page."""
+    web.add(engine, 1, "failed", event_type="secret.type")
+    with web.client(engine) as c:
+        for path in API_GETS:
+            r = c.get(path, headers=headers)
+            assert r.status_code == 401, path
+            assert "secret" not in r.text
+            assert r.headers["www-authenticate"].startswith("Bearer")
+        for verb in ("retry", "purge"):
+            r = c.post(f"/api/events/{verb}", json={"all": True}, headers=headers)
+            assert r.status_code == 401
+        for path in ("/", "/events?status=failed", "/events/1", "/leases", "/audit"):
+            r = c.get(path, headers=headers)
+            assert r.status_code == 303, path
+            assert r.headers["location"].startswith("/signin?next=")
+            assert "secret" not in r.text
+
+
+def test_status_is_the_document_of_relay_status_json(engine: sa.Engine, db_url: str) -> None:
+    """GET /api/status answers exactly what `relay status --json` prints."""
+    web.add(engine, 2, "failed")
+    web.add(engine, 3, "pending")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "relay", "status", "--json"],
+        env=env | {"RELAY_DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    printed = json.loads(run.stdout)
+    with web.client(engine) as c:
+        r = c.get("/api/status", headers=bearer(VIEWER_TOKEN))
+    assert r.status_code == 200
+    got = r.json()
+    assert got.pop("oldest_pending_age_seconds") == pytest.approx(
+        printed.pop("oldest_pending_age_seconds"), abs=5
+    )
+    assert got == printed
+    assert got["counts"]["failed"] == 2
+
+
+def test_events_filter_and_keyset_pages(engine: sa.Engine) -> None:
+    """Filters select by status, type pattern, key and error; `next` walks every row once."""
+    failed = web.add(engine, 7, "failed", event_type="order.created")
+    web.add(engine, 2, "failed", event_type="invoice.sent")
+    web.add(engine, 3, "sent", event_type="order.created")
+    keyed = web.add(engine, 1, "failed", event_type="order.paid", ordering_key="order-9")
+    seen: list[int] = []
+    after = None
+    with web.client(engine) as c:
+        for _ in range(10):
+            params = {"status": "failed", "event_type": "order.*", "limit": 3}
+            if after is not None:
+                params["after"] = after
+            r = c.get("/api/events", params=params, headers=bearer())
+            assert r.status_code == 200
+            body = r.json()
+            assert set(body) == {"events", "next"}
+            seen += [e["id"] for e in body["events"]]
+            after = body["next"]
+            if after is None:
+                break
+        assert seen == failed + keyed
+        r = c.get("/api/events", params={"key": "order-9"}, headers=bearer())
+        assert [e["id"] for e in r.json()["events"]] == keyed
+        r = c.get("/api/events", params={"error": "UNROUTABLE", "status": "sent"}, headers=bearer())
+        assert r.json() == {"events": [], "next": None}
+        r = c.get(
+            "/api/events", params={"since": "1h", "until": "2999-01-01T00:00"}, headers=bearer()
+        )
+        assert len(r.json()["events"]) == 13
+        for bad in ({"status": "lost"}, {"limit": "0"}, {"since": "yesterday"}, {"after": "x"}):
+            assert c.get("/api/events", params=bad, headers=bearer()).status_code == 400
+
+
+def test_retry_dry_run_then_for_real_is_audited(engine: sa.Engine) -> None:
+    """A dry run counts and changes nothing; the retry then changes exactly those rows and
+    records who, what, the filter and the counts in relay_audit; an empty selector is refused
+    without all."""
+    web.add(engine, 4, "failed", event_type="order.created")
+    other = web.add(engine, 2, "failed", event_type="invoice.sent")
+    with web.client(engine) as c:
+        r = c.post("/api/events/retry", json={}, headers=bearer())
+        assert r.status_code == 400
+        assert "selector" in r.json()["error"]
+        body = {"event_type": "order.*", "dry_run": True}
+        r = c.post("/api/events/retry", json=body, headers=bearer(actor="night-script"))
+        assert r.json() == {"matched": 4, "changed": 0}
+        body["dry_run"] = False
+        r = c.post("/api/events/retry", json=body, headers=bearer(actor="night-script"))
+        assert r.json() == {"matched": 4, "changed": 4}
+        status = c.get("/api/status", headers=bearer()).json()
+        assert status["counts"]["pending"] == 4
+        assert status["counts"]["failed"] == 2
+        r = c.post("/api/events/purge", json={"ids": other[:1]}, headers=bearer())
+        assert r.json() == {"matched": 1, "changed": 1}
+        r = c.post("/api/events/purge", json={"all": True, "dry_run": True}, headers=bearer())
+        assert r.json() == {"matched": 1, "changed": 0}
+        actions = c.get("/api/audit", headers=bearer(VIEWER_TOKEN)).json()["actions"]
+    with engine.connect() as conn:
+        (n,) = conn.execute(sa.select(sa.func.count()).select_from(audit)).one()
+    assert n == 2
+    purge, retry = actions
+    assert (retry["actor"], retry["via"], retry["role"]) == ("night-script", "api", "operator")
+    assert (retry["action"], retry["status"], retry["matched"], retry["changed"]) == (
+        "retry",
+        "failed",
+        4,
+        4,
+    )
+    assert retry["selector"] == {"statuses": ["failed"], "event_type": "order.*"}
+    assert purge["selector"] == {"statuses": ["failed"], "ids": other[:1]}
+
+
+def test_purge_sent_by_filter(engine: sa.Engine) -> None:
+    """Sent rows are purged by filter; retry refuses them; other statuses are refused."""
+    web.add(engine, 3, "sent", event_type="order.created")
+    web.add(engine, 2, "sent", event_type="invoice.sent")
+    with web.client(engine) as c:
+        body = {"status": "sent", "event_type": "invoice.*"}
+        assert c.post("/api/events/purge", json=body, headers=bearer()).json() == {
+            "matched": 2,
+            "changed": 2,
+        }
+        assert c.post("/api/events/retry", json=body, headers=bearer()).status_code == 400
+        body = {"status": "pending", "all": True}
+        assert c.post("/api/events/purge", json=body, headers=bearer()).status_code == 400
+        assert c.get("/api/status", headers=bearer()).json()["counts"]["sent"] == 3
+
+
+def test_read_only_token_views_but_gets_403_acting(engine: sa.Engine) -> None:
+    """The view-only token reads everything and may not act, by API or by form."""
+    web.add(engine, 2, "failed")
+    with web.client(engine) as c:
+        assert c.get("/api/events", headers=bearer(VIEWER_TOKEN)).status_code == 200
+        for verb in ("retry", "purge"):
+            r = c.post(f"/api/events/{verb}", json={"all": True}, headers=bearer(VIEWER_TOKEN))
+            assert r.status_code == 403
+        csrf = web.signed_in(c, VIEWER_TOKEN)
+        r = c.post(
+            "/actions/run",
+            data={"csrf": csrf, "action": "retry", "status": "failed", "all": "true"},
+        )
+        assert r.status_code == 403
+        assert c.get("/api/status", headers=bearer()).json()["counts"]["failed"] == 2
+
+
+def test_session_cookie_and_csrf(engine: sa.Engine) -> None:
+    """The sign-in form sets an HttpOnly SameSite=Strict cookie; a form action without the
+    session's CSRF token is refused; with it, the dry run is shown, then the action runs."""
+    web.add(engine, 3, "failed", event_type="order.created")
+    with web.client(engine) as c:
+        r = c.post("/signin", data={"token": "nope-nope-nope-nope", "next": "/"})
+        assert r.status_code == 401
+        assert "set-cookie" not in r.headers
+        r = c.post("/signin", data={"token": OPERATOR_TOKEN, "name": "ada", "next": "/events"})
+        assert r.status_code == 303
+        assert r.headers["location"] == "/events"
+        cookie = r.headers["set-cookie"].lower()
+        assert "httponly" in cookie
+        assert "samesite=strict" in cookie
+        csrf = web.signed_in(c)
+        form = {"action": "retry", "status": "failed", "event_type": "order.*"}
+        assert c.post("/actions/preview", data=form).status_code == 403
+        assert c.post("/actions/preview", data=form | {"csrf": "forged"}).status_code == 403
+        r = c.post("/api/events/retry", json={"all": True})
+        assert r.status_code == 403  # a session calling the API needs X-CSRF-Token
+        r = c.post("/actions/preview", data=form | {"csrf": csrf})
+        assert r.status_code == 200
+        assert 'id="matched">3<' in r.text
+        assert c.get("/api/status", headers=bearer()).json()["counts"]["failed"] == 3
+        r = c.post("/actions/run", data=form | {"csrf": csrf})
+        assert r.status_code == 200
+        assert 'id="changed">3<' in r.text
+        assert "ada" in c.get("/audit").text
+        tampered = "x" + c.cookies["relay_console_session"]
+        c.cookies.clear()
+        c.cookies.set("relay_console_session", tampered)
+        assert c.get("/").status_code == 303
+
+
+def test_jupyter_style_sign_in_link(engine: sa.Engine) -> None:
+    """GET /signin?token=… signs in and lands on the overview, as the printed link does."""
+    with web.client(engine) as c:
+        r = c.get("/signin", params={"token": OPERATOR_TOKEN})
+        assert r.status_code == 303
+        assert r.headers["location"] == "/"
+        assert c.get("/").status_code == 200
+
+
+def test_redacted_fields_are_masked_everywhere(engine: sa.Engine) -> None:
+    """RELAY_CONSOLE_REDACT masks payload and header fields, at any depth, in the API and pages."""
+    (eid,) = web.add(
+        engine,
+        1,
+        "failed",
+        payload={"user": {"Password": "hunter2", "name": "x"}, "cards": [{"card_number": "4111"}]},
+        headers={"password": "hunter2"},
+    )
+    with web.client(engine, console_redact="password,card_number") as c:
+        r = c.get(f"/api/events/{eid}", headers=bearer())
+        assert r.json()["payload"] == {
+            "user": {"Password": "***", "name": "x"},
+            "cards": [{"card_number": "***"}],
+        }
+        assert r.json()["headers"] == {"password": "***"}
+        web.signed_in(c)
+        page = c.get(f"/events/{eid}").text
+    assert "hunter2" not in r.text + page
+    assert "4111" not in r.text + page
+
+
+def test_event_fields_holding_markup_render_as_text(engine: sa.Engine) -> None:
+    """An event type, key, error, header or payload holding <script> is escaped on every page."""
+    evil = "<script>alert(1)</script>"
+    (eid,) = web.add(
+        engine,
+        1,
+        "failed",
+        event_type=evil,
+        ordering_key=evil,
+        last_error=evil,
+        payload={"x": evil, evil: 1},
+        headers={"h": evil},
+    )
+    with web.client(engine) as c:
+        web.signed_in(c)
+        pages = [c.get(p).text for p in ("/events?status=failed", f"/events/{eid}", "/events")]
+        csrf = web.signed_in(c)
+        pages.append(
+            c.post("/actions/preview", data={"csrf": csrf, "action": "purge", "ids": str(eid)}).text
+        )
+        api = c.get(f"/api/events/{eid}", headers=bearer())
+    for html in pages:
+        assert "<script>" not in html
+        assert "&lt;script&gt;" in html
+    assert api.headers["content-type"] == "application/json"
+    assert api.json()["event_type"] == evil
+    assert "script-src" not in api.headers["content-security-policy"]  # default-src 'none'
+
+
+def test_console_refuses_to_start_without_a_token(engine: sa.Engine) -> None:
+    """relay.console.app never builds an open console."""
+    from relay import console
+    from relay.config import Settings
+    from relay.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="RELAY_CONSOLE_TOKEN"):
+        console.app(engine, Settings(database_url="sqlite://"))
+
+
+def test_mounted_under_a_prefix(engine: sa.Engine) -> None:
+    """Mounted in another Starlette app, the console's links, redirects and cookie stay under
+    its prefix."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from relay import console
+
+    host = Starlette(
+        routes=[Mount("/ops/relay", app=console.app(engine, web.settings("sqlite://")))]
+    )
+    with TestClient(host, follow_redirects=False) as c:
+        r = c.get("/ops/relay/events")
+        assert r.status_code == 303
+        assert r.headers["location"].startswith("/ops/relay/signin?next=%2Fops%2Frelay%2Fevents")
+        r = c.post("/ops/relay/signin", data={"token": OPERATOR_TOKEN, "next": "/ops/relay/leases"})
+        assert r.headers["location"] == "/ops/relay/leases"
+        assert "path=/ops/relay/" in r.headers["set-cookie"].lower()
+        page = c.get("/ops/relay/")
+        assert page.status_code == 200
+        assert 'href="/ops/relay/static/console.css"' in page.text
+        assert c.get("/ops/relay/static/console.css").status_code == 200
