@@ -42,6 +42,8 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
         zf.extractall(site)
     assert "relay/migrations/script.py.mako" in names
     assert any(n.startswith("relay/migrations/versions/0001") for n in names)
+    # The web console's templates and static files ship too: it loads nothing from elsewhere.
+    assert {"relay/console/templates/base.html", "relay/console/static/console.css"} <= set(names)
     code = (
         "import sys, relay; from relay import migrate\n"
         f"assert relay.__file__.startswith({str(site)!r}), relay.__file__\n"
