@@ -240,6 +240,9 @@ class Store:
         """Rows per status, age of the oldest pending row, expired leases."""
         with self._tx() as conn:
             counts = {str(s): int(n) for s, n in conn.execute(self.dialect.count_by_status())}
+            sent = counts.pop("total", 0) - sum(counts.values())
+            if sent > 0:
+                counts[Status.SENT.value] = sent
             age = conn.execute(self.dialect.oldest_pending_age()).scalar()
             expired = int(conn.execute(self.dialect.expired_leases()).scalar() or 0)
         return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Connection,
     Delete,
     Float,
@@ -40,6 +41,7 @@ from sqlalchemy import (
     select,
     true,
     tuple_,
+    union_all,
     update,
 )
 
@@ -412,9 +414,17 @@ class Dialect:
         )
 
     # -- operations ------------------------------------------------------------------------
-    def count_by_status(self) -> Select[Any]:
-        """Rows per status."""
-        return select(outbox.c.status, func.count()).group_by(outbox.c.status)
+    def count_by_status(self) -> CompoundSelect[Any]:
+        """Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
+        unsent ones read the partial index, the total the primary key, never the history."""
+        unsent = (
+            select(outbox.c.status, func.count())
+            .where(outbox.c.status.in_([PENDING, PROCESSING, FAILED]))
+            .group_by(outbox.c.status)
+        )
+        return union_all(
+            unsent, select(literal_column("'total'"), func.count()).select_from(outbox)
+        )
 
     def oldest_pending_age(self) -> Select[Any]:
         """Age in seconds of the oldest pending row (NULL when none)."""

@@ -29,9 +29,11 @@ SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.orde
 FROM outbox
 WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
--- count_by_status: Rows per status.
+-- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
-FROM outbox GROUP BY outbox.status;
+FROM outbox
+WHERE outbox.status IN ('pending', 'processing', 'failed') GROUP BY outbox.status UNION ALL SELECT 'total', count(*) AS count_2
+FROM outbox;
 
 -- count_matching: How many rows ``matching`` selects.
 SELECT count(*) AS count_1

@@ -29,9 +29,11 @@ WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (out
  LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED)
  UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() FROM picked WHERE outbox.id = picked.id RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
 
--- count_by_status: Rows per status.
+-- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
-FROM outbox GROUP BY outbox.status;
+FROM outbox
+WHERE outbox.status IN ('pending', 'processing', 'failed') GROUP BY outbox.status UNION ALL SELECT 'total', count(*) AS count_2
+FROM outbox;
 
 -- count_matching: How many rows ``matching`` selects.
 SELECT count(*) AS count_1

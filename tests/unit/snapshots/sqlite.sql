@@ -27,9 +27,11 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
 
--- count_by_status: Rows per status.
+-- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
-FROM outbox GROUP BY outbox.status;
+FROM outbox
+WHERE outbox.status IN ('pending', 'processing', 'failed') GROUP BY outbox.status UNION ALL SELECT 'total', count(*) AS count_2
+FROM outbox;
 
 -- count_matching: How many rows ``matching`` selects.
 SELECT count(*) AS count_1
