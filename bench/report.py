@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import markdown, metrics_cost, ordering, plots, wakeup
+from bench import console, markdown, metrics_cost, ordering, plots, wakeup
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
@@ -35,5 +35,7 @@ def write(results: Path, docs: Path) -> Path:
         text += "\n" + wakeup.render(res["wakeup"])
     if "metrics_cost" in res:  # self-contained section: bench/metrics_cost.py renders its own
         text += "\n" + metrics_cost.render(res["metrics_cost"])
+    if "console" in res:  # self-contained section: bench/console.py renders its own
+        text += "\n" + console.render(res["console"])
     docs.write_text(text)
     return docs

@@ -7,6 +7,7 @@ from typing import Any
 
 from bench import (
     ceiling,
+    console,
     fixtures,
     history,
     metrics_cost,
@@ -105,4 +106,5 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "ordering": ordering.run,
     "wakeup": wakeup.run,
     "metrics_cost": metrics_cost.run,
+    "console": console.run,
 }
