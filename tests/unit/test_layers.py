@@ -44,6 +44,7 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.consumer", {"celery", "prometheus_client", "opentelemetry"}),
         ("relay.deadletters", {"sqlalchemy", "celery"}),
         ("relay.listener", {"kombu", "celery", "amqp", "redis"}),
+        ("relay.console", {"kombu", "celery", "amqp", "redis", "prometheus_client"}),
     ],
 )
 def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) -> None:
