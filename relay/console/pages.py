@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -84,6 +84,10 @@ def routes(c: Console) -> list[Route]:
         token = request.query_params.get("token")
         name = ""
         if request.method == "POST":
+            origin = request.headers.get("origin")
+            if origin and urlsplit(origin).netloc != request.headers.get("host"):
+                # A sign-in posted from another site (login CSRF) is refused.
+                return render(request, "signin.html", None, 403, next="", failed=True)
             form = await request.form()
             token, name, nxt = _str(form, "token"), _str(form, "name"), _str(form, "next")
         if token is None:
@@ -92,7 +96,9 @@ def routes(c: Console) -> list[Route]:
         if role is None:
             return render(request, "signin.html", None, 401, next=nxt, failed=True)
         home = str(request.url_for("overview").path)
-        target = nxt if nxt.startswith(home) and not nxt.startswith("//") else home
+        # Only a path of this console: never another site ("//host", "/\\host").
+        inside = nxt.startswith(home) and not nxt.startswith("//") and "\\" not in nxt
+        target = nxt if inside else home
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             COOKIE,

@@ -4,11 +4,27 @@ sign-in link (as Jupyter does), never an open console."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 from urllib.parse import quote
 
 from relay.config import Settings
 from relay.console.auth import new_token
 from relay.engine import create_engine
+
+
+class _HideTokens(logging.Filter):
+    """Masks ``token=…`` in uvicorn's access log: the sign-in link carries one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _TOKEN.sub("token=***", a) if isinstance(a, str) else a for a in record.args
+            )
+        return True
+
+
+_TOKEN = re.compile(r"token=[^&\s]*")
 
 
 def serve(settings: Settings, host: str, port: int) -> int:
@@ -29,6 +45,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
         )
     else:
         print(f"relay console: sign in at {base}signin", flush=True)
+    logging.getLogger("uvicorn.access").addFilter(_HideTokens())
     engine = create_engine(settings.database_url)
     try:
         uvicorn.run(app(engine, settings), host=host, port=port, log_level="info")

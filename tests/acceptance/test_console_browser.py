@@ -49,8 +49,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def relay_console(db_url: str, **env: str) -> Iterator[tuple[str, str]]:
-    """`relay console` on a free port; yields its base URL and the first line it printed."""
+def relay_console(db_url: str, **env: str) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
+    """`relay console` on a free port; yields its base URL, the first lines it printed and the
+    process."""
     port = _free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     proc = subprocess.Popen(
@@ -73,7 +74,7 @@ def relay_console(db_url: str, **env: str) -> Iterator[tuple[str, str]]:
             except OSError:
                 assert time.monotonic() < deadline, printed
                 time.sleep(0.05)
-        yield base, printed
+        yield base, printed, proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -157,7 +158,7 @@ def test_operator_signs_in_filters_and_redrives_dead_letters(
     from selenium.webdriver.common.by import By
 
     _seed(engine)
-    with relay_console(pg_url, RELAY_CONSOLE_TOKEN=OPERATOR_TOKEN) as (base, _):
+    with relay_console(pg_url, RELAY_CONSOLE_TOKEN=OPERATOR_TOKEN) as (base, _, _proc):
         browser.get(f"{base}/events?status=failed")
         assert "/signin" in browser.current_url
         browser.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
@@ -201,8 +202,8 @@ def web_counts(engine: sa.Engine) -> dict[str, int]:
 def test_relay_console_without_a_token_prints_a_sign_in_link(pg_url: str) -> None:
     """With no token set, `relay console` makes one up and prints a link that signs in; the
     API still answers 401 without it: never an open console."""
-    with relay_console(pg_url) as (base, printed):
-        match = re.search(r"(http://\S+/signin\?token=\S+)", printed)
+    with relay_console(pg_url) as (base, printed, proc):
+        match = re.search(r"(http://\S+/signin\?token=(\S+))", printed)
         assert match, printed
         with httpx.Client(follow_redirects=False) as client:
             assert client.get(f"{base}/api/status").status_code == 401
@@ -210,3 +211,8 @@ def test_relay_console_without_a_token_prints_a_sign_in_link(pg_url: str) -> Non
             r = client.get(match[1])
             assert r.status_code == 303
             assert client.get(f"{base}/").status_code == 200
+        proc.terminate()
+        assert proc.stdout is not None
+        logged = proc.stdout.read()
+    assert "GET /signin?token=*** " in logged  # the access log hides the token
+    assert match[2] not in logged

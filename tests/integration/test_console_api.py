@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from relay.schema import audit
 from tests.support import console as web
+from tests.support import rows
 from tests.support.console import OPERATOR_TOKEN, VIEWER_TOKEN, bearer
 
 API_GETS = ["/api/status", "/api/events", "/api/events/1", "/api/audit"]
@@ -300,3 +301,35 @@ def test_mounted_under_a_prefix(engine: sa.Engine) -> None:
         assert page.status_code == 200
         assert 'href="/ops/relay/static/console.css"' in page.text
         assert c.get("/ops/relay/static/console.css").status_code == 200
+
+
+def test_pages_show_charts_leases_and_audit(engine: sa.Engine) -> None:
+    """The overview draws both charts from the last hour's sent rows; the leases page groups
+    processing rows by holder and marks expired ones; an unknown event is a 404 page."""
+    web.add(engine, 5, "sent")
+    web.add(engine, 1, "processing", locked_by="worker-c")
+    rows.expire_leases(engine)
+    web.add(engine, 2, "processing", locked_by="worker-b")
+    with web.client(engine) as c:
+        web.signed_in(c)
+        overview = c.get("/").text
+        assert overview.count("<svg") == 2
+        assert "0 min ago: 5 events" in overview
+        leases = c.get("/leases").text
+        assert "worker-b — 2 rows" in leases
+        assert "worker-c — 1 rows" in leases
+        assert '<span class="expired">1 expired</span>' in leases
+        assert c.get("/events/999999").status_code == 404
+        assert c.get("/audit").status_code == 200
+
+
+def test_sign_in_stays_on_this_site(engine: sa.Engine) -> None:
+    """A sign-in posted from another origin is refused, and `next` never leaves the console."""
+    with web.client(engine) as c:
+        data = {"token": OPERATOR_TOKEN, "next": "/"}
+        r = c.post("/signin", data=data, headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403
+        assert "set-cookie" not in r.headers
+        for away in ("//evil.example/", "/\\evil.example", "https://evil.example/"):
+            r = c.post("/signin", data={**data, "next": away})
+            assert r.headers["location"] == "/"
