@@ -140,10 +140,21 @@ class Waker:
     instead.
     """
 
-    def __init__(self, app: Celery, settings: Settings, min_interval: float = 0.0) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        settings: Settings,
+        min_interval: float = 0.0,
+        *,
+        one_queued: bool = False,
+    ) -> None:
         self.app, self.settings, self.min_interval = app, settings, min_interval
-        #: Wake-up tasks sent so far by this process.
-        self.sent = 0
+        #: Send nothing while a relay task already waits in ``RELAY_QUEUE`` (it will drain what
+        #: this wake-up is for): under steady load the beat listener keeps at most one queued.
+        self.one_queued = one_queued
+        #: Wake-up tasks sent so far by this process, and those left out because one waited.
+        self.sent = self.skipped = 0
+        self._conn: Any = None
         self._wanted = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -173,6 +184,9 @@ class Waker:
                 time.sleep(gap)  # the rate limit; wake-ups meanwhile fold into this one
             self._wanted.clear()
             last = time.monotonic()
+            if self.one_queued and self._queued():
+                self.skipped += 1
+                continue
             try:
                 self.app.send_task(
                     CLAIM_AND_DISPATCH,
@@ -183,6 +197,23 @@ class Waker:
                 self.sent += 1
             except Exception as exc:
                 log.warning("relay wake-up not sent, the tick will relay the events: %s", exc)
+
+    def _queued(self) -> int:
+        """Messages waiting in ``RELAY_QUEUE`` (a passive declare); 0 when that fails."""
+        try:
+            if self._conn is None:
+                self._conn = self.app.connection_for_write()
+            declared = self._conn.default_channel.queue_declare(
+                queue=self.settings.queue, passive=True
+            )
+            return int(declared.message_count)
+        except Exception:
+            # The queue is not declared yet, or the connection broke: send, and reconnect next
+            # time.
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                conn.close()
+            return 0
 
 
 def _watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
@@ -201,7 +232,7 @@ def _watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         from relay.store import Store
 
         s = settings
-        waker = Waker(app, s, min_interval=s.poll_floor_seconds)
+        waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
         if s.notify and listener.supports(s.database_url):
             listener.Listener(s.database_url, waker, exclusive=True).start()
         else:
