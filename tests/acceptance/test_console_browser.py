@@ -143,6 +143,20 @@ def _screenshot(driver: Any, name: str) -> None:
         driver.save_screenshot(str(Path(folder) / name))
 
 
+def _follow(driver: Any, by: str, value: str) -> None:
+    """Click an element and wait until the next page has loaded (no sleep: the old page's
+    root going stale is the signal)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(by, value).click()
+    wait = WebDriverWait(driver, 20)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _text(driver: Any, element_id: str) -> str:
     from selenium.webdriver.common.by import By
 
@@ -163,31 +177,31 @@ def test_operator_signs_in_filters_and_redrives_dead_letters(
         assert "/signin" in browser.current_url
         browser.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
         browser.find_element(By.ID, "name").send_keys("grace")
-        browser.find_element(By.ID, "signin").click()
+        _follow(browser, By.ID, "signin")
         assert browser.current_url == f"{base}/events?status=failed"  # back where it started
         assert len(browser.find_elements(By.CSS_SELECTOR, "tr.status-failed")) == 16
         _screenshot(browser, "console-dead-letters.png")
-        browser.find_element(By.LINK_TEXT, "Overview").click()
+        _follow(browser, By.LINK_TEXT, "Overview")
         assert _text(browser, "count-failed") == "16"
         _screenshot(browser, "console-overview.png")
 
-        browser.find_element(By.ID, "nav-dead").click()
+        _follow(browser, By.ID, "nav-dead")
         field = browser.find_element(By.ID, "f-event-type")
         field.clear()
         field.send_keys("order.*")
-        browser.find_element(By.ID, "apply").click()
+        _follow(browser, By.ID, "apply")
         assert len(browser.find_elements(By.CSS_SELECTOR, "tr.status-failed")) == 12
 
-        browser.find_element(By.ID, "bulk-retry").click()
+        _follow(browser, By.ID, "bulk-retry")
         assert _text(browser, "matched") == "12"
         assert "Nothing has changed yet" in _text(browser, "dry-run")
         assert web_counts(engine)["failed"] == 16
-        browser.find_element(By.ID, "confirm").click()
+        _follow(browser, By.ID, "confirm")
         assert _text(browser, "changed") == "12"
         assert _text(browser, "count-failed") == "4"
         assert _text(browser, "count-pending") == "52"
 
-        browser.find_element(By.LINK_TEXT, "Audit").click()
+        _follow(browser, By.LINK_TEXT, "Audit")
         assert "grace" in _text(browser, "audit")
     assert web_counts(engine)["failed"] == 4
 
