@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import sqlalchemy as sa
 
@@ -219,7 +219,7 @@ def test_relay_console_without_a_token_prints_a_sign_in_link(pg_url: str) -> Non
     with relay_console(pg_url) as (base, printed, proc):
         match = re.search(r"(http://\S+/signin\?token=(\S+))", printed)
         assert match, printed
-        with httpx.Client(follow_redirects=False) as client:
+        with httpx2.Client(follow_redirects=False) as client:
             assert client.get(f"{base}/api/status").status_code == 401
             assert client.get(f"{base}/").status_code == 303
             r = client.get(match[1])
