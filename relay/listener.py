@@ -21,6 +21,7 @@ listens and the others wait to take over when its session ends.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -180,7 +181,9 @@ class Poller:
         self, store: Store, on_found: Callable[[], None], floor: float, ceiling: float
     ) -> None:
         self.store, self.on_found = store, on_found
-        self.poll = timing.IdlePoll(floor, ceiling)
+        # The floor for about one ceiling after rows were seen: workers draining them make
+        # the looks meanwhile come back empty, which says nothing about new rows.
+        self.poll = timing.IdlePoll(floor, ceiling, hold=math.ceil(ceiling / floor))
         #: Looks so far, and how many found rows.
         self.looks = self.found = 0
         self._stop = threading.Event()

@@ -20,3 +20,11 @@ def test_a_floor_equal_to_the_ceiling_polls_at_the_tick() -> None:
     poll = IdlePoll(2.0, 2.0)
     poll.reset()
     assert {poll.next() for _ in range(5)} == {2.0}
+
+
+def test_hold_keeps_the_floor_for_that_many_looks_after_activity() -> None:
+    """With hold=3: after rows were seen, four looks at the floor (the first and three held),
+    then doubling as before."""
+    poll = IdlePoll(0.1, 1.0, hold=3)
+    poll.reset()
+    assert [poll.next() for _ in range(8)] == [0.1, 0.1, 0.1, 0.1, 0.2, 0.4, 0.8, 1.0]
