@@ -81,6 +81,40 @@ def measure(engine: sa.Engine, inbox: bool, events: int) -> float:
     return events / elapsed
 
 
+def section(plan: Any) -> dict[str, Any]:
+    """The ``consumer`` section of ``python -m bench``."""
+    quick = getattr(plan, "name", "") == "quick"
+    return run(500, 1) if quick else run()
+
+
+def render(data: dict[str, Any]) -> str:
+    """The report's section on consumer throughput (Markdown)."""
+    a, b = data["with_inbox_per_s"], data["without_inbox_per_s"]
+    return "\n".join(
+        [
+            "## Event handlers with and without the inbox (`bench/consumer.py`)",
+            "",
+            f"{data['events']:,} events prefilled in a RabbitMQ queue, consumed by one"
+            " `relay.consumer.EventConsumer` (prefetch 16) whose handler writes one row on"
+            " PostgreSQL, one transaction per event; the two sides interleaved in one run,"
+            f" medians of {len(a['runs'])}. Load average at the end: {data['loadavg']}.",
+            "",
+            "| handler transaction | events/s | runs |",
+            "| --- | --- | --- |",
+            f"| row + inbox claim | {a['median']:,.0f} | {_runs(a)} |",
+            f"| row only | {b['median']:,.0f} | {_runs(b)} |",
+            "",
+            f"The inbox costs one INSERT per event in the same transaction: {data['ratio']:.2f}x"
+            " of the rate without it. Command: `python -m bench --only consumer`.",
+            "",
+        ]
+    )
+
+
+def _runs(summary: dict[str, Any]) -> str:
+    return ", ".join(f"{r:,.0f}" for r in summary["runs"])
+
+
 def run(events: int = 5000, repeat: int = 3) -> dict[str, Any]:
     with fixtures.database("consumer") as url:
         engine = create_engine(url)

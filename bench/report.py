@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import console, markdown, metrics_cost, ordering, plots, wakeup
+from bench import console, consumer, markdown, metrics_cost, ordering, plots, tasks, wakeup
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
@@ -37,5 +37,8 @@ def write(results: Path, docs: Path) -> Path:
         text += "\n" + metrics_cost.render(res["metrics_cost"])
     if "console" in res:  # self-contained section: bench/console.py renders its own
         text += "\n" + console.render(res["console"])
+    for name, module in (("consumer", consumer), ("tasks", tasks)):
+        if name in res:  # self-contained sections: each module renders its own
+            text += "\n" + module.render(res[name])
     docs.write_text(text)
     return docs

@@ -8,6 +8,7 @@ from typing import Any
 from bench import (
     ceiling,
     console,
+    consumer,
     fixtures,
     history,
     metrics_cost,
@@ -15,6 +16,7 @@ from bench import (
     phases,
     polling_latency,
     services,
+    tasks,
     throughput,
     versus,
     wakeup,
@@ -107,4 +109,6 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "wakeup": wakeup.run,
     "metrics_cost": metrics_cost.run,
     "console": console.run,
+    "consumer": consumer.section,
+    "tasks": tasks.section,
 }

@@ -100,6 +100,38 @@ def through_outbox(tasks: int) -> tuple[float, float]:
     return enqueue_rate, relay_rate
 
 
+def section(plan: Any) -> dict[str, Any]:
+    """The ``tasks`` section of ``python -m bench``."""
+    return run(200 if getattr(plan, "name", "") == "quick" else 2000)
+
+
+def render(data: dict[str, Any]) -> str:
+    """The report's section on Celery tasks through the outbox (Markdown)."""
+    return "\n".join(
+        [
+            "## Celery tasks through the outbox (`bench/tasks.py`)",
+            "",
+            f"{data['tasks']:,} tasks each way, PostgreSQL and RabbitMQ, nobody consuming (every"
+            " side checked by its queue's depth); one process; load average at the end:"
+            f" {data['loadavg']}.",
+            "",
+            "| path | tasks/s | vs `app.send_task` |",
+            "| --- | --- | --- |",
+            f"| `app.send_task`, `confirm_publish`, one at a time | "
+            f"{data['direct_send_task_confirmed_per_s']:,} | 1.00x |",
+            f"| `relay.celery.send_task` into the outbox, one commit per task | "
+            f"{data['outbox_enqueue_per_s']:,} | {data['enqueue_vs_direct']:.2f}x |",
+            f"| the relay publishing those rows (batches of 100, confirms per batch) | "
+            f"{data['relay_publish_per_s']:,} | {data['relay_vs_direct']:.2f}x |",
+            "",
+            "The producer pays a database commit instead of a broker round trip; the relay then"
+            " publishes the tasks faster than the application could one by one. Command:"
+            " `python -m bench --only tasks`.",
+            "",
+        ]
+    )
+
+
 def run(tasks: int = 2000) -> dict[str, Any]:
     direct_rate = direct(tasks)
     enqueue_rate, relay_rate = through_outbox(tasks)
