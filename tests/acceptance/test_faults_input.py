@@ -31,13 +31,14 @@ FIRST_BAD_VALUE = list({var: (var, value) for var, value, _ in reversed(BAD_VALU
 
 
 @pytest.mark.parametrize(("var", "value"), FIRST_BAD_VALUE)
-def test_relay_status_refuses_each_bad_variable_with_exit_code_2(
+def test_relay_dispatch_refuses_each_bad_variable_with_exit_code_2(
     var: str, value: str, tmp_path: Path
 ) -> None:
-    """`relay status` with one bad RELAY_* value exits 2 at once, naming it, no traceback."""
+    """`relay dispatch --once` (which reads every setting; `relay status` reads only the
+    database's) with one bad RELAY_* value exits 2 at once, naming it, no traceback."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     env |= {"RELAY_DATABASE_URL": "sqlite:///unused.sqlite3", var: value}
-    done = _relay("status", env=env, cwd=tmp_path)
+    done = _relay("dispatch", "--once", env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert var in done.stderr
     assert "Traceback" not in done.stderr
