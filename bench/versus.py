@@ -16,7 +16,8 @@ modes take turns within each repetition (each repetition starts with the next mo
 one mode's processes run at a time. Every run must leave exactly ``events`` messages in the
 queue.
 
-``python -m bench.versus [--events 20000] [--processes 4] [--reps 3] [--baseline REV ...]``
+``python -m bench.versus [--events 20000] [--processes 4] [--reps 3] [--baseline REV ...]
+[--variant RELAY_BATCH_SIZE=500 ...]``
 """
 
 from __future__ import annotations
@@ -131,9 +132,17 @@ def _source_of(revision: str) -> Iterator[str]:
 
 
 def run(
-    amqp_url: str, events: int, reps: int, processes: int, baselines: Sequence[str] = ()
+    amqp_url: str,
+    events: int,
+    reps: int,
+    processes: int,
+    baselines: Sequence[str] = (),
+    variants: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Every mode ``reps`` times, taking turns; rates in msg/s and relay/raw ratios per rep."""
+    """Every mode ``reps`` times, taking turns; rates in msg/s and relay/raw ratios per rep.
+
+    ``variants`` are the checkout's relay with other settings, each ``KEY=VALUE[,KEY=VALUE]``
+    (``RELAY_BATCH_SIZE=500``), measured as one more mode named ``relay[KEY=VALUE]``."""
     runs: dict[str, list[dict[str, float]]] = {"raw_kombu": [], "relay": []}
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(fixtures.database("versus"))
@@ -148,6 +157,12 @@ def run(
             runs[f"relay@{rev}"] = []
             relays[f"relay@{rev}"] = Workload(
                 [], procs.RELAY_READY, processes, 100, url, route, {"PYTHONPATH": path}
+            )
+        for variant in variants:
+            extra = dict(pair.split("=", 1) for pair in variant.split(","))
+            runs[f"relay[{variant}]"] = []
+            relays[f"relay[{variant}]"] = Workload(
+                [], procs.RELAY_READY, processes, 100, url, route, extra
             )
         modes: list[str | None] = [None, *relays]  # None: raw Kombu
         truncate(engine)
@@ -202,9 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--baseline", action="append", default=[], metavar="REV")
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]")
     p.add_argument("--out", type=Path, help="also write the result here as JSON")
     ns = p.parse_args(args)
-    result = run(services.AMQP_URL, ns.events, ns.reps, ns.processes, ns.baseline)
+    result = run(services.AMQP_URL, ns.events, ns.reps, ns.processes, ns.baseline, ns.variant)
     text = json.dumps(result, indent=2)
     print(text)
     if ns.out is not None:
