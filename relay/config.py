@@ -48,6 +48,10 @@ class Settings:
     events_url: str | None = None
     exchange: str = "outbox"
     batch_size: int = 100
+    #: A drain's claims double from ``batch_size`` up to this while they come back full (a
+    #: backlog), and start again from ``batch_size`` after a short one. Unless set: 1000 at the
+    #: default batch size, and the batch size itself when that was set (a chosen size is kept).
+    batch_max: int = 1000
     lease_seconds: float = 30.0
     max_attempts: int = 10
     backoff_base_seconds: float = 1.0
@@ -106,6 +110,11 @@ class Settings:
             self._derive(
                 lease, max(_DEFAULTS[lease], self.confirm_timeout_seconds / CONFIRM_SHARE_OF_LEASE)
             )
+        size, most = "batch_size", "batch_max"
+        if self._is_set(size):
+            self._derive(most, self.batch_size)
+        elif self._is_set(most):
+            self._derive(size, max(1, min(_DEFAULTS[size], self.batch_max)))
         base, cap = "backoff_base_seconds", "backoff_max_seconds"
         if self._is_set(base):
             self._derive(cap, max(_DEFAULTS[cap], self.backoff_base_seconds))
@@ -128,7 +137,16 @@ class Settings:
 
     def _validate(self) -> None:
         _check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
+        _check(self.batch_max >= 1, "RELAY_BATCH_MAX", self.batch_max, "must be at least 1")
         _check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
+        _check(self.batch_max <= 10_000, "RELAY_BATCH_MAX", self.batch_max, "must be <= 10000")
+        _check(
+            self.batch_max >= self.batch_size,
+            "RELAY_BATCH_MAX",
+            self.batch_max,
+            f"must be >= RELAY_BATCH_SIZE={self.batch_size!r} (claims grow from the batch size "
+            "up to it)",
+        )
         _check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
         _check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
         _check(

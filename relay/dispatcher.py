@@ -25,7 +25,7 @@ from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.lease import LeaseKeeper
 from relay.observe import Observer, Recorded
-from relay.policy import CircuitBreaker, RetryPolicy, task_expired
+from relay.policy import BatchSizer, CircuitBreaker, RetryPolicy, task_expired
 from relay.publishers import Publisher
 from relay.records import Buried, ClaimedEvent, PublishResult, Released, Rescheduled
 from relay.store import Completed, Store
@@ -209,25 +209,33 @@ class Dispatcher:
         Pipelined: while batch N is published (broker I/O, this thread), the database thread
         records batch N-1's outcomes and leases batch N+1 in one short transaction. No
         transaction is ever open across broker I/O; at most two batches are leased at once.
+        Claims grow from ``RELAY_BATCH_SIZE`` to ``RELAY_BATCH_MAX`` while they come back full
+        (:class:`relay.policy.BatchSizer`).
         """
-        size = self.settings.batch_size
         budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self.clock() + budget
+        sizer = BatchSizer(self.settings.batch_size, self.settings.batch_max)
 
         def going() -> bool:
             return self.clock() < deadline and not (stop is not None and stop.is_set())
 
+        def sized(asked: int, claimed: Batch | None) -> Batch | None:
+            if asked:
+                sizer.claimed(asked, 0 if claimed is None else len(claimed.events))
+            return claimed
+
         total = Report()
-        batch = self._claim(size)
+        batch = sized(sizer.size, self._claim(sizer.size))
         published: _Outcome | None = None  # published, its outcomes not yet recorded
         try:
             while batch is not None:
                 batch = self._still_held(batch, total)
                 if batch is None:
                     break
-                ahead = self._db_thread().submit(self._record, published, size if going() else 0)
+                asked = sizer.size if going() else 0
+                ahead = self._db_thread().submit(self._record, published, asked)
                 outcome = self._publish(batch)
-                batch = ahead.result()
+                batch = sized(asked, ahead.result())
                 self._settle(published, total)
                 published = outcome
                 if outcome.unavailable:
@@ -239,7 +247,8 @@ class Dispatcher:
                 if batch is None and going():
                     # The lease ahead found nothing, maybe only because the batch just
                     # published still holds its keys: record it, then look again.
-                    batch = self._record(published, next_limit=size)
+                    asked = sizer.size
+                    batch = sized(asked, self._record(published, next_limit=asked))
                     self._settle(published, total)
                     published = None
                     total.drained = batch is None

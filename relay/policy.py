@@ -1,4 +1,5 @@
-"""Pure decisions: backoff, the next state after an attempt, the broker circuit breaker.
+"""Pure decisions: backoff, the next state after an attempt, the broker circuit breaker, the
+size of the next claim.
 
 Time and randomness are passed in; nothing here reads a clock or does I/O.
 """
@@ -84,6 +85,24 @@ class CircuitBreaker:
     def remaining(self, now: float) -> float:
         """Seconds until a claim may be attempted again (0 when closed)."""
         return max(0.0, self.open_until - now)
+
+
+@dataclass(slots=True)
+class BatchSizer:
+    """How many rows a drain's next claim asks for: from ``first``, doubling while claims come
+    back full (a backlog: fewer, larger statements and commits per event), up to ``most``; a
+    short claim starts again from ``first``, so a trickle is claimed in small batches."""
+
+    first: int
+    most: int
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = self.first
+
+    def claimed(self, asked: int, got: int) -> None:
+        """A claim that asked for ``asked`` rows returned ``got``."""
+        self.size = min(self.most, asked * 2) if got >= asked else self.first
 
 
 def task_expired(expires: str | None, now: datetime) -> bool:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from relay.config import Settings
 from relay.dispatcher import Dispatcher
+from relay.observe import Observer
 from relay.publishers import for_url
 from relay.records import ClaimedEvent, PublishResult
 from relay.store import Store
@@ -165,6 +166,37 @@ def test_drain_runs_batches_until_one_comes_back_short(
     assert (report.cycles, report.sent) == (4, settings.batch_size * 3 + 7)
     assert publisher.ids == sorted(publisher.ids)
     assert count_by_status(engine) == {"sent": settings.batch_size * 3 + 7}
+
+
+class _Claims(Observer):
+    """Remembers how many rows each claim leased."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def claimed(self, events: Sequence[ClaimedEvent], seconds: float) -> None:
+        self.sizes.append(len(events))  # an empty claim (the drain looking again) counts 0
+
+
+def test_a_backlog_is_claimed_in_batches_growing_to_the_most(
+    store: Store, engine: sa.Engine, settings: Settings
+) -> None:
+    """Full claims double from RELAY_BATCH_SIZE up to RELAY_BATCH_MAX; the drain still sends
+    every row once, in id order, and the next drain starts small again."""
+    settings = replace(settings, batch_size=10, batch_max=40)
+    enqueue_many(engine, 10 + 20 + 40 + 40 + 15)
+    claims, publisher = _Claims(), InMemoryPublisher()
+    dispatcher = Dispatcher(store, publisher, settings, observer=claims)
+    report = dispatcher.drain()
+    assert [n for n in claims.sizes if n] == [10, 20, 40, 40, 15]
+    assert (report.sent, report.drained) == (125, True)
+    assert publisher.ids == sorted(set(publisher.ids))
+    assert len(publisher.ids) == 125
+    claims.sizes.clear()
+    enqueue_many(engine, 25)
+    assert dispatcher.drain().sent == 25
+    assert [n for n in claims.sizes if n] == [10, 15]
+    dispatcher.close()
 
 
 def test_rejections_burn_attempts_and_dead_letter(

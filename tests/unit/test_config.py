@@ -19,6 +19,8 @@ BAD_VALUES = [
     ("RELAY_BATCH_SIZE", "1.5", "is not an integer"),
     ("RELAY_BATCH_SIZE", "0", "at least 1"),
     ("RELAY_BATCH_SIZE", "100000", "<= 10000"),
+    ("RELAY_BATCH_MAX", "0", "at least 1"),
+    ("RELAY_BATCH_MAX", "20000", "<= 10000"),
     ("RELAY_LEASE_SECONDS", "-1", "> 0"),
     ("RELAY_LEASE_SECONDS", "nan", "finite"),
     ("RELAY_LEASE_SECONDS", "inf", "finite"),
@@ -71,6 +73,8 @@ def test_every_variable_has_a_bad_value_case() -> None:
 EDGE_VALUES = [
     ("RELAY_BATCH_SIZE", "1"),
     ("RELAY_BATCH_SIZE", "10000"),
+    ("RELAY_BATCH_MAX", "1"),
+    ("RELAY_BATCH_MAX", "10000"),
     ("RELAY_LEASE_SECONDS", "1"),
     ("RELAY_LEASE_SECONDS", "5"),
     ("RELAY_LEASE_SECONDS", "3600"),
@@ -122,6 +126,7 @@ def test_one_variable_alone_at_an_edge_never_contradicts_a_default(var: str, val
     assert 0 < s.poll_floor_seconds <= s.tick_seconds
     assert s.backoff_base_seconds <= s.backoff_max_seconds
     assert s.queue != s.exchange
+    assert 1 <= s.batch_size <= s.batch_max
 
 
 def test_every_variable_has_edge_cases() -> None:
@@ -145,6 +150,11 @@ def test_every_variable_has_edge_cases() -> None:
         ({"RELAY_TICK_SECONDS": "0.01"}, {"poll_floor_seconds": 0.01}),
         ({"RELAY_POLL_FLOOR_SECONDS": "5"}, {"tick_seconds": 5.0}),
         ({"RELAY_NOTIFY": "off"}, {"notify": False}),
+        ({}, {"batch_size": 100, "batch_max": 1000}),
+        ({"RELAY_BATCH_SIZE": "100"}, {"batch_max": 100}),
+        ({"RELAY_BATCH_SIZE": "5000"}, {"batch_max": 5000}),
+        ({"RELAY_BATCH_MAX": "50"}, {"batch_size": 50}),
+        ({"RELAY_BATCH_MAX": "4000"}, {"batch_size": 100}),
     ],
 )
 def test_defaults_follow_what_was_set(env: dict[str, str], expected: dict[str, object]) -> None:
@@ -172,6 +182,10 @@ def test_defaults_follow_what_was_set(env: dict[str, str], expected: dict[str, o
         (
             {"RELAY_EXCHANGE": "events", "RELAY_QUEUE": "events"},
             ("RELAY_QUEUE='events'", "RELAY_EXCHANGE='events'"),
+        ),
+        (
+            {"RELAY_BATCH_SIZE": "500", "RELAY_BATCH_MAX": "200"},
+            ("RELAY_BATCH_MAX=200", "RELAY_BATCH_SIZE=500"),
         ),
         (
             {"RELAY_TICK_SECONDS": "1", "RELAY_POLL_FLOOR_SECONDS": "2"},

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relay.policy import CircuitBreaker, RetryPolicy, backoff_seconds
+from relay.policy import BatchSizer, CircuitBreaker, RetryPolicy, backoff_seconds
 from relay.records import Buried, ClaimedEvent, Rescheduled
 
 
@@ -87,3 +87,24 @@ def test_circuit_breaker_opens_doubles_and_closes() -> None:
     breaker.record_success()
     assert breaker.allows(20.0)
     assert breaker.record_failure(30.0) == 1.0
+
+
+def test_claims_grow_while_full_and_start_again_after_a_short_one() -> None:
+    """A backlog is claimed in batches doubling up to the most; a short claim (the backlog is
+    gone) starts again from the batch size, so a trickle stays in small batches."""
+    sizer = BatchSizer(first=100, most=1000)
+    sizes = []
+    for got in (100, 200, 400, 800, 1000, 1000, 37, 100, 5):
+        sizes.append(sizer.size)
+        sizer.claimed(sizer.size, got)
+    assert sizes == [100, 200, 400, 800, 1000, 1000, 1000, 100, 200]
+    assert sizer.size == 100
+
+
+def test_claims_never_grow_when_the_most_is_the_batch_size() -> None:
+    """``RELAY_BATCH_MAX`` equal to ``RELAY_BATCH_SIZE`` (the default when the size was set)
+    keeps every claim at the size chosen."""
+    sizer = BatchSizer(first=50, most=50)
+    for _ in range(5):
+        sizer.claimed(sizer.size, sizer.size)
+        assert sizer.size == 50
