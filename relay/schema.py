@@ -137,8 +137,18 @@ only_on(
 )
 
 #: A key's rows by sequence number: the ordered claim probes ``(key, last sent + 1)`` and reads
-#: a run from there. Unique: two rows of a key never share a number.
-Index("uq_outbox_ordering_key_seq", outbox.c.ordering_key, outbox.c.seq, unique=True)
+#: a run from there. Unique: two rows of a key never share a number. Only numbered rows (on
+#: PostgreSQL and SQLite): every claim and outcome writes a row version into each index that
+#: covers the row, and an unkeyed row has nothing to find here.
+SEQUENCED_SQL = "seq IS NOT NULL"
+Index(
+    "uq_outbox_ordering_key_seq",
+    outbox.c.ordering_key,
+    outbox.c.seq,
+    unique=True,
+    postgresql_where=text(SEQUENCED_SQL),
+    sqlite_where=text(SEQUENCED_SQL),
+)
 
 #: Producers' side of the fence: the last sequence number handed out per key.
 outbox_sequence = Table(
@@ -178,8 +188,14 @@ heartbeats = Table(
 )
 
 #: Sent rows by the time they were sent: the console's last-hour throughput and lag charts read
-#: only that hour's rows, however long the history.
-Index("ix_outbox_sent_at", outbox.c.sent_at)
+#: only that hour's rows, however long the history. Only sent rows (PostgreSQL and SQLite).
+SENT_SQL = "sent_at IS NOT NULL"
+Index(
+    "ix_outbox_sent_at",
+    outbox.c.sent_at,
+    postgresql_where=text(SENT_SQL),
+    sqlite_where=text(SENT_SQL),
+)
 
 #: Every action an operator took through the web console or its API: who, what, the filter,
 #: how many rows, when (``relay.console``). Written in the action's own transaction.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from relay.dialects.postgresql import PostgresDialect
@@ -9,15 +11,18 @@ from relay.engine import create_engine
 
 
 def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: str) -> None:
-    """With 200k sent rows and a few pending ones, the claim reads ix_outbox_claimable, also
-    when the server uses a generic plan (as psycopg's prepared statements lead it to)."""
+    """With 200k rows sent two days ago and a few pending ones, the claim reads
+    ix_outbox_claimable, also when the server uses a generic plan (as psycopg's prepared
+    statements lead it to); the console's last hour and the ordered probe read their (partial)
+    indexes."""
     engine = create_engine(pg_url)
     try:
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
                     "INSERT INTO outbox (event_type, payload, status, sent_at) "
-                    "SELECT 'old', '{}'::jsonb, 'sent', now() FROM generate_series(1, 200000)"
+                    "SELECT 'old', '{}'::jsonb, 'sent', now() - interval '2 days' "
+                    "FROM generate_series(1, 200000)"
                 )
             )
             conn.execute(
@@ -27,16 +32,31 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
                 )
             )
             conn.execute(sa.text("ANALYZE outbox"))
-        stmt = PostgresDialect().claim_statement(worker="w", limit=10, lease_seconds=30)
-        compiled = stmt.compile(dialect=engine.dialect)
-        with engine.begin() as conn:
-            conn.execute(sa.text("SET LOCAL plan_cache_mode = force_generic_plan"))
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            with raw.cursor() as cur:
-                cur.execute(f"EXPLAIN {compiled.string}", compiled.params, prepare=True)
-                plan = "\n".join(row[0] for row in cur.fetchall())
+        dialect = PostgresDialect()
+        plan = _generic_plan(
+            engine, dialect.claim_statement(worker="w", limit=10, lease_seconds=30)
+        )
         assert "ix_outbox_claimable" in plan, plan
         assert "Seq Scan on outbox" not in plan.split("SubPlan")[0], plan
+        # The partial indexes (0008) still serve the queries that need them.
+        plan = _generic_plan(engine, dialect.sent_per_minute())
+        assert "ix_outbox_sent_at" in plan, plan
+        run = dialect.run_statement()
+        plan = _generic_plan(engine, run, dialect.run_params([("k", 1), ("k", 2)]))
+        assert "uq_outbox_ordering_key_seq" in plan, plan
     finally:
         engine.dispose()
+
+
+def _generic_plan(engine: sa.Engine, stmt: Any, params: dict[str, Any] | None = None) -> str:
+    """EXPLAIN of ``stmt`` as a server-side prepared statement with a generic plan."""
+    compiled = stmt.compile(dialect=engine.dialect)
+    with engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            cur.execute(
+                f"EXPLAIN {compiled.string}", {**compiled.params, **(params or {})}, prepare=True
+            )
+            return "\n".join(row[0] for row in cur.fetchall())
