@@ -86,7 +86,10 @@ def _index_sql(engine: sa.Engine, name: str) -> tuple[int | None, str]:
         if engine.dialect.name == "sqlite":
             query = "SELECT NULL, sql FROM sqlite_master WHERE type = 'index' AND name = :n"
         else:
-            query = "SELECT indexrelid::int, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = to_regclass(:n)"
+            query = (
+                "SELECT indexrelid::int, pg_get_indexdef(indexrelid) FROM pg_index"
+                " WHERE indexrelid = to_regclass(:n)"
+            )
         oid, sql = conn.execute(sa.text(query), {"n": name}).one()
     return oid, str(sql)
 
