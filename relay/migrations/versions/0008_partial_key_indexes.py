@@ -53,10 +53,10 @@ def _definition(name: str) -> str:
 def _rebuild(name: str, where: str | None) -> None:
     columns, unique, _ = INDEXES[name]
     op.drop_index(name, table_name="outbox")
-    partial = {} if where is None else {"postgresql_where": sa.text(where)}
-    if where is not None:
-        partial["sqlite_where"] = sa.text(where)
-    op.create_index(name, "outbox", columns, unique=unique, **partial)
+    rows = None if where is None else sa.text(where)
+    op.create_index(
+        name, "outbox", columns, unique=unique, postgresql_where=rows, sqlite_where=rows
+    )
 
 
 def upgrade() -> None:
