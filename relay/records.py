@@ -40,7 +40,7 @@ class ClaimedEvent:
     seq: int | None = None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> ClaimedEvent:
+    def from_row(cls, row: Mapping[Any, Any]) -> ClaimedEvent:
         """Build from a mapping with the ``outbox`` column names."""
         return cls(
             id=int(row["id"]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,7 +100,7 @@ class Store:
         self, conn: Connection, worker: str, limit: int, lease_seconds: float
     ) -> list[ClaimedEvent]:
         rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return sorted((ClaimedEvent.from_row(dict(r)) for r in rows), key=lambda e: e.id)
+        return sorted(map(ClaimedEvent.from_row, rows), key=_by_id)
 
     def _record(
         self,
@@ -474,6 +475,9 @@ def _failed(f: EventFilter | Sequence[int] | None) -> EventFilter:
 
 def _and_failed(matching: Any) -> Any:
     return sa.and_(outbox.c.status == Status.FAILED.value, matching)
+
+
+_by_id = operator.attrgetter("id")
 
 
 def _keys(events: Sequence[ClaimedEvent]) -> list[tuple[int, int]]:

@@ -114,7 +114,7 @@ class MySQLDialect(Dialect):
         ).rowcount
         # The ids are row-locked by this transaction: nobody can have changed them meanwhile.
         assert leased == len(ids), f"leased {leased} of {len(ids)} locked rows"
-        return list(conn.execute(self.claimed_statement(), {"ids": list(ids)}).mappings())
+        return list(conn.execute(self.claimed_statement(), {"ids": list(ids)}).mappings().all())
 
     def bump_seq(self) -> Update:
         """``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``."""

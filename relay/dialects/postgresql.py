@@ -89,7 +89,7 @@ class PostgresDialect(Dialect):
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
     ) -> list[RowMapping]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt).mappings())
+        return list(conn.execute(stmt).mappings().all())
 
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
@@ -104,7 +104,7 @@ class PostgresDialect(Dialect):
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
     ) -> list[RowMapping]:
         stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).mappings())
+        return list(conn.execute(stmt, {"ids": list(ids)}).mappings().all())
 
     def _probe(self, key: ColumnElement[Any], seq: ColumnElement[Any]) -> Any:
         # A LATERAL probe with LIMIT 1 is never flattened into a join: each place is one

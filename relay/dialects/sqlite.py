@@ -82,7 +82,7 @@ class SQLiteDialect(Dialect):
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
     ) -> list[RowMapping]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt).mappings())
+        return list(conn.execute(stmt).mappings().all())
 
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """Unchanged: the transaction already holds the database's write lock."""
@@ -101,7 +101,7 @@ class SQLiteDialect(Dialect):
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
     ) -> list[RowMapping]:
         stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).mappings())
+        return list(conn.execute(stmt, {"ids": list(ids)}).mappings().all())
 
     def take_seq(self) -> ReturningInsert[Any]:
         """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
