@@ -6,6 +6,7 @@ package installs), SQLite pragmas and ``BEGIN IMMEDIATE``, MySQL/MariaDB isolati
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,7 +38,7 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     claim's locking reads take no gap locks that would block producers' INSERTs.
     """
     url = normalize_url(url)
-    options: dict[str, Any] = {"pool_pre_ping": True}
+    options: dict[str, Any] = {"pool_pre_ping": True, "json_deserializer": json_loads}
     if url.startswith("sqlite"):
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
     elif url.startswith(("mysql", "mariadb")):
@@ -55,6 +56,16 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_begin_immediate)
     return engine
+
+
+_DECODER = json.JSONDecoder()
+
+
+def json_loads(data: str | bytes) -> Any:
+    """``json.loads`` without its per-call set-up (finding the encoding of bytes, building the
+    call): the database hands JSON columns over as UTF-8. Every claimed row decodes two of
+    them, payload and headers: 9 + 4.5 µs with ``json.loads``, 5.7 + 2 µs this way."""
+    return _DECODER.decode(data if isinstance(data, str) else bytes(data).decode())
 
 
 #: How long a SQLite writer waits for the lock before "database is locked".
