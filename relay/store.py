@@ -100,7 +100,7 @@ class Store:
         self, conn: Connection, worker: str, limit: int, lease_seconds: float
     ) -> list[ClaimedEvent]:
         rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return sorted(map(ClaimedEvent.from_row, rows), key=_by_id)
+        return sorted(map(ClaimedEvent.from_claim, rows), key=_by_id)
 
     def _record(
         self,

@@ -24,7 +24,7 @@ from sqlalchemy import (
     Delete,
     Float,
     Insert,
-    RowMapping,
+    Row,
     Select,
     String,
     Update,
@@ -49,7 +49,8 @@ from relay.filters import EventFilter, like_pattern
 from relay.records import Status
 from relay.schema import audit, outbox, outbox_progress
 
-#: The columns a claim returns: what the publisher needs and the fence.
+#: The columns a claim returns: what the publisher needs and the fence, in the order of
+#: ``ClaimedEvent``'s fields, so a claimed row is ``ClaimedEvent(*row)``.
 CLAIM_COLUMNS = (
     outbox.c.id,
     outbox.c.event_type,
@@ -169,19 +170,19 @@ class Dialect:
 
     def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         """Lease up to ``limit`` of the oldest claimable unordered rows to ``worker``."""
         raise NotImplementedError
 
     def lease_ids(
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         """Lease the rows ``ids`` (locked by this transaction) and return them as claimed."""
         raise NotImplementedError
 
     def claim(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         """Lease up to ``limit`` rows to ``worker`` inside the open transaction: heads of keys
         and the runs behind them, and the oldest unordered rows; each lane gets at least half
         of the batch when the other has work."""
@@ -191,7 +192,7 @@ class Dialect:
         # keys then moves through several workers at once instead of one.
         heads = heads[: (len(heads) + 1) // 2]
         unordered_limit = (limit - len(heads)) // (2 if heads else 1)
-        rows: list[RowMapping] = []
+        rows: list[Row[Any]] = []
         if unordered_limit:
             rows = self.claim_unordered(
                 conn, worker=worker, limit=unordered_limit, lease_seconds=lease_seconds

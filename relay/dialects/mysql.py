@@ -28,7 +28,7 @@ from sqlalchemy import (
     Connection,
     Delete,
     Float,
-    RowMapping,
+    Row,
     Select,
     Update,
     bindparam,
@@ -97,7 +97,7 @@ class MySQLDialect(Dialect):
 
     def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         ids: list[int] = []
         for due in (self.lease_expired(), self.pending_due()):
             if len(ids) < limit:
@@ -106,7 +106,7 @@ class MySQLDialect(Dialect):
 
     def lease_ids(
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         if not ids:
             return []
         leased = conn.execute(
@@ -114,7 +114,7 @@ class MySQLDialect(Dialect):
         ).rowcount
         # The ids are row-locked by this transaction: nobody can have changed them meanwhile.
         assert leased == len(ids), f"leased {leased} of {len(ids)} locked rows"
-        return list(conn.execute(self.claimed_statement(), {"ids": list(ids)}).mappings().all())
+        return list(conn.execute(self.claimed_statement(), {"ids": list(ids)}).all())
 
     def bump_seq(self) -> Update:
         """``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``."""

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    RowMapping,
+    Row,
     Select,
     Update,
     bindparam,
@@ -87,9 +87,9 @@ class PostgresDialect(Dialect):
 
     def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt).mappings().all())
+        return list(conn.execute(stmt).all())
 
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
@@ -102,9 +102,9 @@ class PostgresDialect(Dialect):
 
     def lease_ids(
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).mappings().all())
+        return list(conn.execute(stmt, {"ids": list(ids)}).all())
 
     def _probe(self, key: ColumnElement[Any], seq: ColumnElement[Any]) -> Any:
         # A LATERAL probe with LIMIT 1 is never flattened into a join: each place is one

@@ -20,7 +20,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
-    RowMapping,
+    Row,
     Select,
     Update,
     bindparam,
@@ -80,9 +80,9 @@ class SQLiteDialect(Dialect):
 
     def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt).mappings().all())
+        return list(conn.execute(stmt).all())
 
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """Unchanged: the transaction already holds the database's write lock."""
@@ -99,9 +99,9 @@ class SQLiteDialect(Dialect):
 
     def lease_ids(
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[RowMapping]:
+    ) -> list[Row[Any]]:
         stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).mappings().all())
+        return list(conn.execute(stmt, {"ids": list(ids)}).all())
 
     def take_seq(self) -> ReturningInsert[Any]:
         """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""

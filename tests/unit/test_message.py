@@ -34,3 +34,14 @@ def test_body_refuses_nan() -> None:
     """NaN is not JSON: encoding refuses it rather than emit a body consumers cannot parse."""
     with pytest.raises(ValueError, match="JSON"):
         message.encode_body({"x": float("nan")})
+
+
+def test_a_claimed_row_is_read_in_the_fields_order() -> None:
+    """The claim returns CLAIM_COLUMNS as plain tuples, read positionally into ClaimedEvent:
+    the two orders must stay the same."""
+    from dataclasses import fields
+
+    from relay.dialects.base import CLAIM_COLUMNS
+    from relay.records import ClaimedEvent
+
+    assert [c.name for c in CLAIM_COLUMNS] == [f.name for f in fields(ClaimedEvent)]
