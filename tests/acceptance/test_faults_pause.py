@@ -30,9 +30,12 @@ LEASE = 2
 #: A pause can catch at most the batches in flight: the one publishing, and the one recorded
 #: with the next claim. A batch claimed ahead is re-checked before it is published, so rows
 #: others took over meanwhile are not published again.
-#: Since the drain rewrite a pause twice caught one batch more (299 duplicates at batch 100,
-#: under 5x CPU load): the promise is narrowed to three batches until that is explained.
-PAUSE_BOUND = (IN_FLIGHT_BATCHES + 1) * BATCH
+PAUSE_BOUND = IN_FLIGHT_BATCHES * BATCH
+
+
+def _lost_a_lease(worker: Worker) -> bool:
+    """Whether ``worker`` logged that its lease was taken over (relay.dispatcher)."""
+    return "lease lost" in worker.log()
 
 
 def _held_by(engine: sa.Engine, pid: int) -> dict[int, tuple[str, int]]:
@@ -136,7 +139,12 @@ def test_paused_worker_is_fenced_out_its_rows_go_to_others_and_it_rejoins(
         wait_until(lambda: statuses(engine).keys() == {"sent"}, 60, "the resumed worker to drain")
         by = {b for _, b in _rows(engine, set(more)).values()}
         assert {b.split(":")[1] for b in by} == {str(paused.pid)}, "it did not rejoin"
-        result = audit_delivery(engine, collector, ids + more, duplicate_bound=PAUSE_BOUND)
+        # A 2 s lease on a loaded machine: a worker that was not paused can also stall past its
+        # lease (299 duplicates were seen once under 5x CPU load: two batches of the paused
+        # worker, 99 rows of another). Each worker hit has its own bound.
+        hit = 1 + sum(_lost_a_lease(w) for w in others)
+        bound = hit * PAUSE_BOUND
+        result = audit_delivery(engine, collector, ids + more, duplicate_bound=bound)
         assert paused.alive()
     finally:
         codes = fleet.stop()
@@ -146,6 +154,7 @@ def test_paused_worker_is_fenced_out_its_rows_go_to_others_and_it_rejoins(
         events=result.events,
         held_by_paused=len(held),
         duplicates=result.duplicates,
-        bound=PAUSE_BOUND,
+        bound=bound,
+        workers_hit=hit,
         reclaimed_after_s=recovered,
     )
