@@ -1,4 +1,9 @@
-"""``python -m bench [--quick] [--only SECTION ...]``: run, save JSON, write the report."""
+"""``python -m bench [--quick] [--only SECTION ...]``: run, save JSON, write the report.
+
+Every section is one function of the plan returning a JSON-able dict, saved as
+``bench/results/<section>.json``; the report is rebuilt from all saved sections afterwards
+(``--report-only`` rebuilds it without measuring).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,201 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import report, services
-from bench.plan import FULL, QUICK
-from bench.sections import SECTIONS
+from bench import (
+    application,
+    baselines,
+    console,
+    costs,
+    latency,
+    ordering,
+    report,
+    services,
+    throughput,
+    versus,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 QUICK_RESULTS = RESULTS / "tmp-quick"  # ignored by git (bench/results/tmp*)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one run, every section's in one place: the full plan and the quick smoke test."""
+
+    name: str
+    reps: int
+    publish_messages: int
+    grid_rows: int
+    processes: list[int]
+    batches: list[int]
+    #: The database ceiling beside PostgreSQL's grid: (processes, batches) on the others.
+    other_databases: tuple[list[int], list[int]]
+    naive_rows: int
+    naive_processes: list[int]
+    redis_processes: list[int]
+    redis_batches: list[int]
+    fleet_events: int
+    fleet_workers: list[int]
+    history_sizes: list[int]
+    history_pending: int
+    cpu_events: int
+    cpu_processes: int
+    latency_rates: list[int]
+    latency_ticks: list[float]
+    latency_seconds: float
+    hook_events: int
+    hook_seconds: float
+    hook_rates: list[int]
+    wakeup_seconds: float
+    wakeup_idle: float
+    wakeup_rates: list[int]
+    ordering_events: int
+    ordering_producer_seconds: float
+    metrics_rows: int
+    metrics_reps: int
+    metrics_hook_batches: int
+    metrics_history: int
+    console_rows: int
+    console_reps: int
+    console_far_page: int
+    consumer_events: int
+    tasks: int
+    #: bench.versus: events per run, processes per side, other revisions of the relay beside it.
+    versus_events: int = 20_000
+    versus_processes: int = 4
+    baselines: list[str] = field(default_factory=list)
+
+
+FULL = Plan(
+    name="full",
+    reps=3,
+    publish_messages=20_000,
+    grid_rows=10_000,
+    processes=[1, 2, 4],
+    batches=[10, 100, 500],
+    other_databases=([1, 4], [100]),
+    naive_rows=3_000,
+    naive_processes=[1, 2, 4],
+    redis_processes=[1, 2, 4],
+    redis_batches=[10, 100, 500],
+    fleet_events=20_000,
+    fleet_workers=[1, 2, 3],
+    history_sizes=[0, 1_000_000, 5_000_000],
+    history_pending=10_000,
+    cpu_events=20_000,
+    cpu_processes=4,
+    latency_rates=[100, 1_000, 5_000],
+    latency_ticks=[1.0, 0.1],
+    latency_seconds=10.0,
+    hook_events=200,
+    hook_seconds=5.0,
+    hook_rates=[100, 1_000, 5_000],
+    wakeup_seconds=10.0,
+    wakeup_idle=20.0,
+    wakeup_rates=[200, 2_000],
+    ordering_events=10_000,
+    ordering_producer_seconds=3.0,
+    metrics_rows=20_000,
+    metrics_reps=5,
+    metrics_hook_batches=2_000,
+    metrics_history=1_000_000,
+    console_rows=1_000_000,
+    console_reps=9,
+    console_far_page=500,
+    consumer_events=5_000,
+    tasks=2_000,
+)
+
+QUICK = Plan(
+    name="quick",
+    reps=1,
+    publish_messages=2_000,
+    grid_rows=2_000,
+    processes=[1, 2],
+    batches=[100],
+    other_databases=([1], [100]),
+    naive_rows=300,
+    naive_processes=[1],
+    redis_processes=[1],
+    redis_batches=[100],
+    fleet_events=3_000,
+    fleet_workers=[1],
+    history_sizes=[0, 100_000],
+    history_pending=2_000,
+    cpu_events=2_000,
+    cpu_processes=1,
+    latency_rates=[100, 1_000],
+    latency_ticks=[0.2],
+    latency_seconds=2.0,
+    hook_events=20,
+    hook_seconds=1.0,
+    hook_rates=[100],
+    wakeup_seconds=1.0,
+    wakeup_idle=1.0,
+    wakeup_rates=[200],
+    ordering_events=2_000,
+    ordering_producer_seconds=0.5,
+    metrics_rows=5_000,
+    metrics_reps=2,
+    metrics_hook_batches=200,
+    metrics_history=100_000,
+    console_rows=60_000,
+    console_reps=3,
+    console_far_page=20,
+    consumer_events=500,
+    tasks=200,
+    versus_events=2_000,
+)
+
+#: The sections, in the order a full run measures them.
+SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
+    "env": lambda p: services.versions(),
+    "versus": lambda p: versus.run(
+        services.AMQP_URL, p.versus_events, p.reps, p.versus_processes, p.baselines
+    ),
+    "publish_ceiling": lambda p: baselines.publish_ceilings(
+        p.publish_messages, p.reps, [100, 1000, 0]
+    ),
+    "sql_ceiling": lambda p: baselines.sql_ceiling(
+        p.grid_rows,
+        p.reps,
+        {
+            "postgresql": (p.processes, p.batches),
+            "mariadb": p.other_databases,
+            "sqlite": p.other_databases,
+        },
+    ),
+    "naive": lambda p: baselines.naive(p.naive_rows, p.reps, p.naive_processes),
+    "relay_rabbitmq": lambda p: throughput.relay_grid(
+        services.AMQP_URL, p.grid_rows, p.reps, p.processes, p.batches
+    ),
+    "relay_redis": lambda p: throughput.relay_grid(
+        services.REDIS_URL, p.grid_rows, p.reps, p.redis_processes, p.redis_batches
+    ),
+    "relay_phases": lambda p: costs.phases(p.grid_rows, [100, 500]),
+    "cpu_split": lambda p: costs.cpu_split(p.cpu_events, 100, p.cpu_processes),
+    "latency_polling": lambda p: latency.polling(
+        p.latency_rates, p.latency_ticks, p.latency_seconds
+    ),
+    "history": lambda p: throughput.history(p.history_sizes, p.history_pending, p.reps),
+    "fleet": lambda p: throughput.fleet(p.fleet_events, p.fleet_workers),
+    "latency_wakeup": lambda p: latency.hook(p.hook_events, p.hook_seconds, p.hook_rates),
+    "ordering": lambda p: ordering.run(p.ordering_events, p.reps, p.ordering_producer_seconds),
+    "wakeup": lambda p: latency.wakeup(p.wakeup_seconds, p.wakeup_idle, p.wakeup_rates, 0.005),
+    "metrics_cost": lambda p: costs.metrics(
+        p.metrics_rows, p.metrics_reps, p.metrics_hook_batches, p.metrics_history
+    ),
+    "console": lambda p: console.run(p.console_rows, p.console_reps, p.console_far_page),
+    "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
+    "tasks": lambda p: application.tasks(p.tasks),
+}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -53,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_section(name: str, plan: Any, results: Path, command: str) -> None:
+def run_section(name: str, plan: Plan, results: Path, command: str) -> None:
     load_before = services.loadavg()
     started = time.perf_counter()
     print(f"bench: {name} (load {load_before[0]:.2f}) ...", flush=True)

@@ -1,214 +1,304 @@
-"""Commit-to-consumer latency through the Celery fleet (beat at 5 s), with and without the
-after-commit wake-up: p50/p99 over 200 single-event commits (1 worker), and p50/p95/p99 at
-offered loads of 100, 1,000 and 5,000 events/s (2 workers; a transaction every 10 ms carrying
-rate/100 events).
+"""Commit-to-consumer latency, and the idle CPU of the relay processes.
 
-Events are written through ``Producer.enqueue``; a consumer thread timestamps each delivery.
-The latency of an event runs from just before its COMMIT to its arrival at the consumer, on one
-monotonic clock.
+One method for every case: a producer process commits a transaction every few milliseconds
+holding ``rate * period`` rows, written as plain SQL (one multi-row ``INSERT``), through
+``relay.enqueue`` on a Core connection or on an ORM Session, optionally with the after-commit
+wake-up (``relay.configure(wake=Waker(...))``, style "…, woken"); it notes ``time.monotonic()``
+just before each COMMIT, and the arrival clock (:class:`bench.timing.Arrivals`) notes each
+arrival on the same system-wide clock. Idle CPU is the relay processes' user + system CPU over
+a quiet interval, as a share of one core.
 
-    python -m bench.latency [--quick]
+Three sections use it:
+
+- ``wakeup``: default settings (``RELAY_TICK_SECONDS=1``) on PostgreSQL with LISTEN/NOTIFY,
+  PostgreSQL with ``RELAY_NOTIFY=0`` and MariaDB, each with 2 x ``relay dispatch --loop`` and
+  with beat + 2 Celery workers; no after-commit wake-up (the trigger or the poll finds rows).
+- ``latency_polling``: one ``relay dispatch --loop`` on PostgreSQL that only polls, every tick
+  (``RELAY_NOTIFY=0``, ``RELAY_POLL_FLOOR_SECONDS`` = ``RELAY_TICK_SECONDS``).
+- ``latency_wakeup``: the Celery fleet polling every 5 s only, with and without the after-commit
+  wake-up: single commits 50 ms apart (1 worker), then offered loads (2 workers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import sys
-import threading
+import multiprocessing as mp
+import queue
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-import kombu
+import sqlalchemy as sa
 from celery import Celery
 from sqlalchemy.orm import Session
 
-from bench import fixtures, services
-from bench.fleet import celery_env, celery_fleet
-from bench.stats import percentile
+import relay
+from bench import procs, services
+from bench.timing import Arrivals, latency_summary
 from relay.celery import Waker, celery_config
 from relay.config import Settings
 from relay.engine import create_engine
-from relay.producer import Producer
+from relay.schema import outbox
 
-TICK_SECONDS = 5.0
-INTERVAL_SECONDS = 0.05
-
-
-class _Arrivals:
-    """Consumes the route's queue in a thread, recording when each outbox id arrived."""
-
-    def __init__(self, route: fixtures.Route) -> None:
-        self.route = route
-        self.at: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> _Arrivals:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _on_message(self, body: Any, msg: Any) -> None:
-        self.at.setdefault(int(msg.properties["message_id"]), time.monotonic())
-
-    def _run(self) -> None:
-        exchange = kombu.Exchange(self.route.exchange_name, type="topic", durable=True)
-        queue = kombu.Queue(self.route.queue_name, exchange, routing_key="#", durable=True)
-        with (
-            kombu.Connection(self.route.url) as conn,
-            # Auto-ack: a per-message ack round trip would make the consumer, not the relay, the
-            # bottleneck at thousands of events per second.
-            conn.Consumer([queue], callbacks=[self._on_message], accept=["json"], no_ack=True),
-        ):
-            while not self._stop.is_set():
-                try:
-                    conn.drain_events(timeout=0.2)
-                except TimeoutError:
-                    continue
-
-    def wait_for(self, ids: list[int], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(i in self.at for i in ids):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{sum(i not in self.at for i in ids)} events never arrived")
-            time.sleep(0.01)
+DISPATCH, CELERY = "x relay dispatch --loop", "Celery workers"
+STYLES = ["plain SQL", "enqueue, Core", "enqueue, Session"]
+WOKEN = ", woken"
+_PERCENTILES = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
 
 
-class _Bench:
-    """A running fleet with a producer whose commits can wake it, and a timed consumer."""
+@dataclass(frozen=True)
+class Setup:
+    """Where the relay runs: a fresh database of ``backend``, ``runner`` in ``processes``
+    processes (Celery: beat + that many workers), with ``settings`` beside the URLs."""
 
-    def __init__(self, producer: Producer, engine: Any, arrivals: _Arrivals) -> None:
-        self.producer, self.engine, self.arrivals = producer, engine, arrivals
+    database: str
+    backend: str
+    runner: str
+    processes: int = 2
+    settings: tuple[tuple[str, str], ...] = ()
 
-    def commit(
-        self, payloads: list[dict[str, Any]], style: str = "session"
-    ) -> tuple[list[int], float]:
-        """Enqueue ``payloads`` in one transaction, through an ORM Session or (``style="core"``)
-        a Core ``engine.begin()`` connection; returns their ids and when COMMIT began."""
-        if style == "core":
-            with self.engine.connect() as conn:
-                transaction = conn.begin()
-                ids = [self.producer.enqueue(conn, "bench.latency", p) for p in payloads]
-                began = time.monotonic()
-                transaction.commit()
-            return ids, began
-        with Session(self.engine) as session:
-            ids = [self.producer.enqueue(session, "bench.latency", p) for p in payloads]
+    @property
+    def label(self) -> str:
+        if self.runner == DISPATCH:
+            return f"{self.processes} {DISPATCH}"
+        return f"beat + {self.processes} {CELERY}"
+
+
+#: The ``wakeup`` section's set-ups: every database and runner at the defaults.
+DEFAULTS = [
+    Setup(database, backend, runner, settings=settings)
+    for database, backend, settings in (
+        ("postgresql", "postgresql", ()),
+        ("postgresql, RELAY_NOTIFY=0", "postgresql", (("RELAY_NOTIFY", "0"),)),
+        ("mariadb", "mariadb", ()),
+    )
+    for runner in (DISPATCH, CELERY)
+]
+
+
+def _polling_only(tick: float) -> tuple[tuple[str, str], ...]:
+    """Settings under which the relay only looks every ``tick``: no NOTIFY, no adaptive poll."""
+    t = f"{tick:g}"
+    return (("RELAY_NOTIFY", "0"), ("RELAY_TICK_SECONDS", t), ("RELAY_POLL_FLOOR_SECONDS", t))
+
+
+def _commit(engine: sa.Engine, style: str, payloads: list[Any]) -> tuple[list[int], float]:
+    """One transaction of ``payloads`` written in ``style``; their ids and the time just before
+    COMMIT."""
+    if style == "plain SQL":
+        with engine.connect() as conn:
+            rows = [{"event_type": "bench.latency", "payload": p} for p in payloads]
+            ids = list(conn.execute(sa.insert(outbox).returning(outbox.c.id), rows).scalars())
             began = time.monotonic()
-            session.commit()
+            conn.commit()
         return ids, began
+    if style == "enqueue, Core":
+        with engine.connect() as conn:
+            transaction = conn.begin()
+            ids = [relay.enqueue(conn, "bench.latency", p) for p in payloads]
+            began = time.monotonic()
+            transaction.commit()
+        return ids, began
+    with Session(engine) as session:
+        ids = [relay.enqueue(session, "bench.latency", p) for p in payloads]
+        began = time.monotonic()
+        session.commit()
+    return ids, began
+
+
+def _produce(
+    env: dict[str, str], style: str, rate: int, period: float, seconds: float, out: Any
+) -> None:
+    """The producer process: a transaction every ``period`` holding ``rate * period`` events."""
+    if style.endswith(WOKEN):
+        settings = Settings.from_env(env)
+        app = Celery("bench-latency")
+        app.conf.update(celery_config(settings))
+        relay.configure(wake=Waker(app, settings))
+        style = style.removesuffix(WOKEN)
+    engine = create_engine(env["RELAY_DATABASE_URL"])
+    per_txn = max(1, round(rate * period))
+    committed: list[tuple[int, float]] = []
+    start = time.monotonic()
+    n = 0
+    while (due := start + n * period) < start + seconds:
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)  # pacing of the producer, not synchronization
+        ids, began = _commit(engine, style, [{"n": n, "i": i} for i in range(per_txn)])
+        committed += [(i, began) for i in ids]
+        n += 1
+    elapsed = time.monotonic() - start
+    engine.dispose()
+    out.put({"committed": committed, "seconds": elapsed})
+
+
+@dataclass
+class _Running:
+    env: dict[str, str]
+    arrivals: Arrivals
+    pids: list[int]
 
 
 @contextlib.contextmanager
-def _bench(label: str, wakeup: bool, workers: int) -> Iterator[_Bench]:
-    """Database, route, ``workers`` Celery workers plus beat at ``TICK_SECONDS``, a consumer,
-    and one event already delivered (the fleet is warm when the clock starts)."""
-    amqp_url = services.AMQP_URL
-    with fixtures.database(label) as db, fixtures.route(amqp_url, label) as route:
-        env = celery_env(db, amqp_url, route.exchange_name, tick_seconds=TICK_SECONDS)
-        settings = Settings.from_env(env)
-        app = Celery(f"bench-{label}")
-        app.conf.update(celery_config(settings))
-        producer = Producer(wake=Waker(app, settings) if wakeup else None)
-        engine = create_engine(db)
+def running(setup: Setup) -> Iterator[_Running]:
+    """A fresh database, the relay processes of ``setup`` and a consumer, with four events
+    already delivered (the processes are warm when the clock starts)."""
+    with services.database("latency", setup.backend) as url:
+        exchange = f"bench.latency.{uuid.uuid4().hex[:8]}"
+        env = {
+            "RELAY_DATABASE_URL": url,
+            "RELAY_BROKER_URL": services.AMQP_URL,
+            "RELAY_EXCHANGE": exchange,
+            "RELAY_QUEUE": f"bench.latency.tasks.{uuid.uuid4().hex[:8]}",
+            **dict(setup.settings),
+        }
+        engine = create_engine(url)
         try:
-            with celery_fleet(env, workers), _Arrivals(route) as arrivals:
-                bench = _Bench(producer, engine, arrivals)
-                warm, _ = bench.commit([{"n": -1}])
-                arrivals.wait_for(warm, 60)
-                yield bench
+            with Arrivals(services.AMQP_URL, exchange) as arrivals, _runner(setup, env) as pids:
+                warm = [_commit(engine, "plain SQL", [{"warm": i}])[0][0] for i in range(4)]
+                if arrivals.wait_for(warm, 30 + 3 * _tick(env)):
+                    raise RuntimeError(f"{setup.database} / {setup.label}: warm-up never arrived")
+                yield _Running(env, arrivals, pids)
         finally:
             engine.dispose()
 
 
-def _latencies(bench: _Bench, committed: dict[int, float]) -> list[float]:
-    return sorted(bench.arrivals.at[i] - t for i, t in committed.items())
+def _tick(env: dict[str, str]) -> float:
+    return float(env.get("RELAY_TICK_SECONDS", "1"))
 
 
-def measure(wakeup: bool, events: int = 200, style: str = "session") -> dict[str, Any]:
-    """Latency percentiles (seconds) of ``events`` single-event commits written through a
-    Session or (``style="core"``) a Core connection."""
-    committed: dict[int, float] = {}
-    with _bench("latency", wakeup, workers=1) as bench:
-        for n in range(events):
-            (event_id,), began = bench.commit([{"n": n}], style)
-            committed[event_id] = began
-            time.sleep(INTERVAL_SECONDS)  # pacing of the producer, not synchronization
-        bench.arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 30)
-        latencies = _latencies(bench, committed)
+@contextlib.contextmanager
+def _runner(setup: Setup, env: dict[str, str]) -> Iterator[list[int]]:
+    if setup.runner == DISPATCH:
+        started = procs.workers(
+            procs.relay_command(), env, setup.processes, ready=procs.RELAY_READY
+        )
+    else:
+        started = procs.celery_fleet(env, setup.processes)
+    with started as ps:
+        yield [p.pid for p in ps]
+
+
+def idle_cpu(run: _Running, seconds: float) -> float:
+    """The relay processes' CPU over ``seconds`` of quiet, in % of one core."""
+    time.sleep(2.0)  # let the polls back off to the tick before timing idle
+    cpu_before, wall_before = procs.cpu_seconds(run.pids), time.monotonic()
+    time.sleep(seconds)  # the idle interval measured, not synchronization
+    used = procs.cpu_seconds(run.pids) - cpu_before
+    return round(used / (time.monotonic() - wall_before) * 100, 2)
+
+
+def one_load(run: _Running, style: str, rate: int, seconds: float, period: float) -> dict[str, Any]:
+    """Latency percentiles (ms) of one producer style at one offered rate."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    producer = ctx.Process(target=_produce, args=(run.env, style, rate, period, seconds, out))
+    cpu_before, wall_before = procs.cpu_seconds(run.pids), time.monotonic()
+    producer.start()
+    deadline = time.monotonic() + seconds + 120
+    try:
+        while True:
+            try:
+                made = out.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not producer.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"the {style} producer failed") from None
+    finally:
+        producer.join(timeout=30)
+    committed = dict(made["committed"])
+    lost = run.arrivals.wait_for(list(committed), 60 + 3 * _tick(run.env))
+    cpu = (procs.cpu_seconds(run.pids) - cpu_before) / (time.monotonic() - wall_before) * 100
     return {
-        "wakeup": wakeup,
         "style": style,
-        "events": events,
-        "p50_s": round(percentile(latencies, 0.50), 4),
-        "p99_s": round(percentile(latencies, 0.99), 4),
-        "max_s": round(latencies[-1], 4),
-    }
-
-
-#: Offered loads (events/s) and the producer's commit period.
-RATES = (100, 1000, 5000)
-COMMIT_PERIOD_SECONDS = 0.01
-
-
-def measure_load(
-    rate: int, wakeup: bool, seconds: float, workers: int = 2, style: str = "session"
-) -> dict[str, Any]:
-    """Latency percentiles (ms) at ``rate`` events/s offered for ``seconds``, written through a
-    Session or (``style="core"``) a Core connection."""
-    per_commit = max(1, round(rate * COMMIT_PERIOD_SECONDS))
-    committed: dict[int, float] = {}
-    with _bench("latload", wakeup, workers) as bench:
-        start = time.monotonic()
-        slot = 0
-        while time.monotonic() - start < seconds:
-            ids, began = bench.commit([{"n": slot, "i": i} for i in range(per_commit)], style)
-            committed.update(dict.fromkeys(ids, began))
-            slot += 1
-            pause = start + slot * COMMIT_PERIOD_SECONDS - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)  # pacing of the producer, not synchronization
-        achieved = len(committed) / (time.monotonic() - start)
-        bench.arrivals.wait_for(list(committed), TICK_SECONDS * 3 + 60)
-        latencies = _latencies(bench, committed)
-    return {
         "rate": rate,
-        "wakeup": wakeup,
-        "style": style,
-        "achieved_per_s": round(achieved),
-        "events": len(latencies),
-        "p50_ms": round(percentile(latencies, 0.50) * 1000, 1),
-        "p95_ms": round(percentile(latencies, 0.95) * 1000, 1),
-        "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
-        "max_ms": round(latencies[-1] * 1000, 1),
+        "achieved_per_s": round(len(committed) / made["seconds"]),
+        "events": len(committed),
+        "lost": lost,
+        **latency_summary(run.arrivals.latencies_ms(committed)),
+        "relay_cpu_pct": round(cpu, 1),
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """Commit-to-consumer latency with and without the wake-up, beat at 5 s: single commits,
-    then at offered loads."""
-    events = 40 if quick else 200
-    seconds = 1.0 if quick else 5.0
-    rates = RATES[:2] if quick else RATES
-    return {
-        "tick_seconds": TICK_SECONDS,
-        "interval_seconds": INTERVAL_SECONDS,
-        "with_wakeup": measure(True, events),
-        "with_wakeup_core": measure(True, events, style="core"),
-        "without_wakeup": measure(False, events),
-        "under_load": [
-            measure_load(rate, wakeup, seconds) for rate in rates for wakeup in (True, False)
-        ],
-        # The wake-up through Core connections (engine.connect()/begin()), as issue 9 measured.
-        "under_load_core": [measure_load(rate, True, seconds, style="core") for rate in rates],
-        "loadavg": services.loadavg(),
-    }
+def wakeup(seconds: float, idle: float, rates: list[int], period: float) -> dict[str, Any]:
+    """The ``wakeup`` section: idle CPU, then every (rate, style), per set-up at the defaults."""
+    runs = []
+    for setup in DEFAULTS:
+        styles = STYLES if not setup.settings else STYLES[:1]
+        with running(setup) as run:
+            idle_pct = idle_cpu(run, idle)
+            loads = [one_load(run, s, r, seconds, period) for r in rates for s in styles]
+        runs.append(
+            {
+                "database": setup.database,
+                "runner": setup.label,
+                "idle_cpu_pct": idle_pct,
+                "idle_seconds": idle,
+                "loads": loads,
+            }
+        )
+    return {"seconds": seconds, "commit_period_s": period, "runs": runs}
 
 
-if __name__ == "__main__":
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
+def polling(rates: list[int], ticks: list[float], seconds: float) -> dict[str, Any]:
+    """The ``latency_polling`` section: one relay process that only polls, per (tick, rate);
+    a transaction every 10 ms holding rate/100 events."""
+    out: dict[str, Any] = {}
+    for tick in ticks:
+        setup = Setup("postgresql", "postgresql", DISPATCH, 1, _polling_only(tick))
+        with running(setup) as run:
+            for rate in rates:
+                load = one_load(run, "plain SQL", rate, seconds, 0.01)
+                out[f"tick{tick:g}_r{rate}"] = {
+                    "producer": "plain SQL",
+                    "offered_rate": rate,
+                    "achieved_rate": load["achieved_per_s"],
+                    "tick_seconds": tick,
+                    "events": load["events"],
+                    "received": load["events"] - load["lost"],
+                    **{k: load[k] for k in _PERCENTILES},
+                }
+    return out
+
+
+#: The after-commit wake-up against the tick alone: the Celery fleet's tick, in seconds.
+HOOK_TICK_SECONDS = 5.0
+
+
+def hook(events: int, seconds: float, rates: list[int]) -> dict[str, Any]:
+    """The ``latency_wakeup`` section: the Celery fleet polling every 5 s only, with and without
+    the after-commit wake-up; ``events`` single commits 50 ms apart, then offered loads."""
+    settings = _polling_only(HOOK_TICK_SECONDS)
+    period = 0.05
+    out: dict[str, Any] = {"tick_seconds": HOOK_TICK_SECONDS, "interval_seconds": period}
+    out["method"] = "bench.latency"
+    with running(Setup("postgresql", "postgresql", CELERY, 1, settings)) as run:
+        for key, style in (
+            ("with_wakeup", "enqueue, Session, woken"),
+            ("with_wakeup_core", "enqueue, Core, woken"),
+            ("without_wakeup", "enqueue, Session"),
+        ):
+            load = one_load(run, style, round(1 / period), events * period, period)
+            out[key] = {
+                "wakeup": style.endswith(WOKEN),
+                "style": style.removesuffix(WOKEN).removeprefix("enqueue, ").lower(),
+                "events": load["events"],
+                **{f"{q}_s": round(load[f"{q}_ms"] / 1000, 4) for q in ("p50", "p99", "max")},
+            }
+    with running(Setup("postgresql", "postgresql", CELERY, 2, settings)) as run:
+        loads = {
+            (rate, style): one_load(run, style, rate, seconds, 0.01)
+            for rate in rates
+            for style in ("enqueue, Session, woken", "enqueue, Session", "enqueue, Core, woken")
+        }
+    for (rate, style), load in loads.items():
+        section = "under_load_core" if "Core" in style else "under_load"
+        row: dict[str, Any] = {"rate": rate, "wakeup": style.endswith(WOKEN)}
+        row["style"] = "core" if "Core" in style else "session"
+        row.update({k: load[k] for k in ("achieved_per_s", "events", *_PERCENTILES)})
+        out.setdefault(section, []).append(row)
+    out["loadavg"] = services.loadavg()
+    return out

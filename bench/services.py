@@ -1,10 +1,18 @@
-"""Where the benchmark's services are, and which versions of everything ran."""
+"""Where the benchmark's services are, which versions ran, and the throw-away databases and
+exchanges a measurement gets: created for it, removed after it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import shutil
+import sqlite3
 import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -12,9 +20,16 @@ import kombu
 import redis
 import sqlalchemy as sa
 
-PG_ADMIN_URL = os.environ.get(
-    "BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
+from relay import migrate
+
+#: Admin URLs of the database servers (a database is created per measurement on each).
+ADMIN_URLS = {
+    "postgresql": os.environ.get(
+        "BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    ),
+    "mariadb": os.environ.get("BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/mysql"),
+}
+PG_ADMIN_URL = ADMIN_URLS["postgresql"]
 AMQP_URL = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -23,6 +38,112 @@ def loadavg() -> list[float]:
     """The 1, 5 and 15 minute load averages."""
     with open("/proc/loadavg") as f:
         return [float(x) for x in f.read().split()[:3]]
+
+
+@contextlib.contextmanager
+def database(label: str, kind: str = "postgresql") -> Iterator[str]:
+    """A fresh database ``relay_bench_<label>_<nonce>`` of ``kind`` (postgresql, mariadb or
+    sqlite) migrated to head; dropped at exit."""
+    name = f"relay_bench_{label}_{uuid.uuid4().hex[:8]}"
+    if kind == "sqlite":
+        root = tempfile.mkdtemp(prefix="relay-bench-")
+        try:
+            url = f"sqlite:///{root}/{name}.sqlite3"
+            migrate.upgrade(url)
+            yield url
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
+    postgres = kind == "postgresql"
+    quoted = f'"{name}"' if postgres else f"`{name}`"
+    # pre-ping: a pooled admin connection may have been terminated while the benchmark ran.
+    admin = sa.create_engine(ADMIN_URLS[kind], isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
+        url = sa.make_url(ADMIN_URLS[kind]).set(database=name).render_as_string(False)
+        migrate.upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quoted}{' WITH (FORCE)' * postgres}"))
+        admin.dispose()
+
+
+@dataclass
+class Route:
+    """A durable topic exchange with one durable queue bound to it with ``#``."""
+
+    url: str
+    exchange_name: str
+    queue_name: str
+
+    def _objects(self, channel: Any) -> tuple[kombu.Exchange, kombu.Queue]:
+        exchange = kombu.Exchange(self.exchange_name, type="topic", durable=True)
+        queue = kombu.Queue(self.queue_name, exchange, routing_key="#", durable=True)
+        return exchange(channel), queue(channel)
+
+    def declare(self) -> None:
+        with kombu.Connection(self.url) as conn:
+            exchange, queue = self._objects(conn.default_channel)
+            exchange.declare()
+            queue.declare()
+
+    def purge(self) -> int:
+        """Empty the queue; returns how many messages it held."""
+        with kombu.Connection(self.url) as conn:
+            _, queue = self._objects(conn.default_channel)
+            return int(queue.purge() or 0)
+
+    @property
+    def is_redis(self) -> bool:
+        return self.url.startswith(("redis://", "rediss://"))
+
+    def depth(self) -> int:
+        """Messages waiting in the queue."""
+        with kombu.Connection(self.url) as conn:
+            channel: Any = conn.default_channel
+            if self.is_redis:  # a virtual queue "exists" only while it holds messages
+                return int(channel._size(self.queue_name))
+            _, queue = self._objects(channel)
+            declared: Any = queue.queue_declare(passive=True)
+            return int(declared.message_count)
+
+    def delete(self) -> None:
+        with kombu.Connection(self.url) as conn:
+            exchange, queue = self._objects(conn.default_channel)
+            with contextlib.suppress(Exception):
+                queue.delete()
+            with contextlib.suppress(Exception):
+                exchange.delete()
+        if self.is_redis:  # Kombu leaves the exchange's binding sets behind
+            client = redis.Redis.from_url(self.url)
+            try:
+                client.delete(
+                    f"_kombu.binding.{self.exchange_name}",
+                    f"_kombu.binding_permanent.{self.exchange_name}",
+                    self.queue_name,
+                )
+            finally:
+                client.close()
+
+
+@contextlib.contextmanager
+def route(url: str, label: str) -> Iterator[Route]:
+    """A unique exchange ``bench.<label>.<nonce>`` and its bound queue; deleted at exit."""
+    name = f"bench.{label}.{uuid.uuid4().hex[:8]}"
+    r = Route(url, name, f"{name}.q")
+    r.declare()
+    try:
+        yield r
+    finally:
+        r.delete()
+
+
+def delete_queue(name: str, url: str = AMQP_URL) -> None:
+    """Delete queue ``name`` if it exists (a Celery fleet's task queue, for one)."""
+    with kombu.Connection(url) as conn, contextlib.suppress(Exception):
+        kombu.Queue(name, channel=conn.default_channel).delete()
 
 
 def _cpu_model() -> str:
@@ -43,18 +164,20 @@ def _package(name: str) -> str:
         return "not installed"
 
 
-def versions() -> dict[str, Any]:
-    """Versions of the servers, the interpreter and the libraries on the hot path."""
-    engine = sa.create_engine(PG_ADMIN_URL)
+def _server_version(kind: str, query: str) -> str:
+    engine = sa.create_engine(ADMIN_URLS[kind])
     try:
         with engine.connect() as conn:
-            pg = conn.execute(sa.text("SHOW server_version")).scalar()
+            return str(conn.execute(sa.text(query)).scalar())
     finally:
         engine.dispose()
+
+
+def versions() -> dict[str, Any]:
+    """Versions of the servers, the interpreter and the libraries on the hot path."""
     with kombu.Connection(AMQP_URL) as conn:
         conn.ensure_connection(max_retries=1)
-        props = conn.connection.server_properties
-        rabbit = props.get("version", "unknown")
+        rabbit = conn.connection.server_properties.get("version", "unknown")
         rabbit = rabbit.decode() if isinstance(rabbit, bytes) else str(rabbit)
     client = redis.Redis.from_url(REDIS_URL)
     try:
@@ -62,7 +185,9 @@ def versions() -> dict[str, Any]:
     finally:
         client.close()
     return {
-        "postgresql": str(pg),
+        "postgresql": _server_version("postgresql", "SHOW server_version"),
+        "mariadb": _server_version("mariadb", "SELECT version()"),
+        "sqlite": sqlite3.sqlite_version,
         "rabbitmq": rabbit,
         "redis": str(redis_version),
         "python": sys.version.split()[0],

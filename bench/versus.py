@@ -3,7 +3,7 @@ read from the growth of a bound queue's depth while no consumer runs.
 
 - Raw Kombu: ``processes`` publishers, each a Kombu channel in confirm mode publishing its
   share of the relay's messages (built before the clock) with confirms awaited per 1,000
-  (:func:`bench.ceiling.kombu_windowed`). The clock starts when all are told to go.
+  (:func:`bench.baselines.kombu_windowed`). The clock starts when all are told to go.
 - The relay: as many ``relay dispatch --loop`` at the defaults (idle poll 50 ms); the clock
   starts at the commit of ``events`` pending rows.
 - Optional baselines: ``relay dispatch --loop`` from another git revision's source
@@ -39,9 +39,8 @@ from typing import Any
 import kombu
 import sqlalchemy as sa
 
-from bench import ceiling, fixtures, procs, rows, services
-from bench.drain import Workload, truncate
-from bench.stats import summarize
+from bench import baselines, procs, rows, services
+from bench.timing import Workload, summarize
 from relay import message
 
 #: The confirm window of the raw publishers.
@@ -53,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class _Depth:
     """The queue's depth over one long-lived connection."""
 
-    def __init__(self, route: fixtures.Route) -> None:
+    def __init__(self, route: services.Route) -> None:
         self._conn = kombu.Connection(route.url)
         self._channel: Any = self._conn.channel()
         self._queue = route.queue_name
@@ -89,7 +88,7 @@ def _watch(
     return {"rate": growth, "rate_from_start": events / (now - started)}
 
 
-def _raw(route: fixtures.Route, depth: _Depth, events: int, processes: int) -> dict[str, float]:
+def _raw(route: services.Route, depth: _Depth, events: int, processes: int) -> dict[str, float]:
     share = events // processes
     argv = [sys.executable, "-m", "bench.versus", "raw", route.url, route.exchange_name]
     with contextlib.ExitStack() as stack:
@@ -145,8 +144,8 @@ def run(
     (``RELAY_BATCH_SIZE=500``), measured as one more mode named ``relay[KEY=VALUE]``."""
     runs: dict[str, list[dict[str, float]]] = {"raw_kombu": [], "relay": []}
     with contextlib.ExitStack() as stack:
-        url = stack.enter_context(fixtures.database("versus"))
-        route = stack.enter_context(fixtures.route(amqp_url, "versus"))
+        url = stack.enter_context(services.database("versus"))
+        route = stack.enter_context(services.route(amqp_url, "versus"))
         engine = sa.create_engine(url)
         stack.callback(engine.dispose)
         depth = _Depth(route)
@@ -165,7 +164,7 @@ def run(
                 [], procs.RELAY_READY, processes, 100, url, route, extra
             )
         modes: list[str | None] = [None, *relays]  # None: raw Kombu
-        truncate(engine)
+        rows.clear(engine)
         route.purge()
         for rep in range(reps):
             # Each repetition starts with another mode, so none always runs first.
@@ -174,7 +173,7 @@ def run(
                     runs["raw_kombu"].append(_raw(route, depth, events, processes))
                 else:
                     runs[name].append(_relay(relays[name], engine, depth, events))
-                    truncate(engine)
+                    rows.clear(engine)
                 _check(route, events)
     out: dict[str, Any] = {"events": events, "processes": processes, "window": WINDOW}
     raw = [r["rate"] for r in runs["raw_kombu"]]
@@ -188,7 +187,7 @@ def run(
     return out
 
 
-def _check(route: fixtures.Route, events: int) -> None:
+def _check(route: services.Route, events: int) -> None:
     held = route.purge()
     if held != events:
         raise RuntimeError(f"the queue held {held} messages, expected {events}")
@@ -198,13 +197,13 @@ def _raw_worker(url: str, exchange: str, count: int, offset: int) -> int:
     """One raw publisher: build the messages, connect, say ready, wait for SIGUSR1, publish."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     msgs = [message.build(rows.claimed(n)) for n in range(offset + 1, offset + count + 1)]
-    route = fixtures.Route(url, exchange, "")
+    route = services.Route(url, exchange, "")
 
     def ready() -> None:
         print(procs.BENCH_READY, flush=True)
         signal.sigwait({signal.SIGUSR1})
 
-    ceiling.kombu_windowed(route, msgs, WINDOW, before_clock=ready)
+    baselines.kombu_windowed(route, msgs, WINDOW, before_clock=ready)
     return 0
 
 
