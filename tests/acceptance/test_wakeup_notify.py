@@ -5,16 +5,14 @@ MariaDB the loop polls adaptively. Plain SQL, no relay code on the writer's side
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import kombu
 import pytest
 import sqlalchemy as sa
 
+from bench.timing import Arrivals, percentile
 from tests.support import celery_fleet
 from tests.support.databases import BackendPool
 from tests.support.env import relay_env, wait_until
@@ -24,48 +22,6 @@ pytestmark = pytest.mark.timeout(240)
 
 #: The tick is the safety net only: an event seen within this did not wait for it.
 TICK_SECONDS = 30
-
-
-class Arrivals:
-    """Consumes a queue bound to ``exchange`` in a thread; when each message id arrived."""
-
-    def __init__(self, url: str, exchange: str) -> None:
-        self.url, self.exchange = url, exchange
-        self.at: dict[int, float] = {}
-        self.ready = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Arrivals:
-        self._thread.start()
-        assert self.ready.wait(10), "consumer not ready"
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        exchange = kombu.Exchange(self.exchange, type="topic", durable=True)
-        queue = kombu.Queue(f"{self.exchange}.t", exchange, routing_key="#", auto_delete=True)
-
-        def on_message(body: Any, message: Any) -> None:
-            self.at.setdefault(int(message.properties["message_id"]), time.monotonic())
-
-        with (
-            kombu.Connection(self.url) as conn,
-            conn.Consumer([queue], callbacks=[on_message], no_ack=True, accept=["json"]),
-        ):
-            self.ready.set()
-            while not self._stop.is_set():
-                try:
-                    conn.drain_events(timeout=0.1)
-                except TimeoutError:
-                    continue
-
-    def latency(self, event_id: int, committed: float, timeout: float = 10.0) -> float:
-        wait_until(lambda: event_id in self.at, timeout, f"event {event_id}", interval=0.005)
-        return self.at[event_id] - committed
 
 
 def insert_plain_sql(engine: sa.Engine, *, commit: bool = True) -> tuple[int, float]:
@@ -86,7 +42,8 @@ def latencies(engine: sa.Engine, arrivals: Arrivals, events: int, gap: float) ->
     out = []
     for _ in range(events):
         event_id, began = insert_plain_sql(engine)
-        out.append(arrivals.latency(event_id, began))
+        assert arrivals.wait_for([event_id], 10.0) == 0, f"event {event_id} never arrived"
+        out.append(arrivals.at[event_id] - began)
         time.sleep(gap)  # pacing of the producer, not synchronization
     return out
 
@@ -95,7 +52,7 @@ def assert_polled(measured: list[float], tick: float = 1.0) -> None:
     """Adaptive polling's promise: a steady producer's events in under 300 ms (p95); a look
     that fell into the backoff after a quiet moment waits at most one tick more."""
     ordered = sorted(measured)
-    assert ordered[int(len(ordered) * 0.95) - 1] < 0.3, measured
+    assert percentile(ordered, 0.95) < 0.3, measured
     assert ordered[-1] < tick + 0.3, measured
 
 
