@@ -1,9 +1,12 @@
-"""Values the migrations share, frozen: a revision must mean the same whatever the package
-becomes later, so these never change (a new need gets a new name)."""
+"""Values and columns the migrations share, frozen: a revision must mean the same whatever the
+package becomes later, so these never change (a new need gets a new name)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import mysql
 
 MYSQL = ("mysql", "mariadb")
@@ -24,3 +27,10 @@ def timestamp() -> sa.DateTime:
 def now_default(dialect: str) -> sa.TextClause:
     """The server default that writes the database's clock."""
     return sa.text(NOW_DEFAULT.get(dialect, "CURRENT_TIMESTAMP"))
+
+
+def clock_column(name: str) -> sa.Column[datetime]:
+    """A required :func:`timestamp` column that the database being migrated fills with its
+    clock (:func:`now_default`) when a row leaves it out."""
+    dialect = op.get_context().dialect.name
+    return sa.Column(name, timestamp(), nullable=False, server_default=now_default(dialect))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.dialects import postgresql
 
 from relay.migrations import frozen
 
@@ -20,16 +20,12 @@ depends_on = None
 
 UNFINISHED = "status IN ('pending', 'processing')"
 ORDERED_UNSENT = "ordering_key IS NOT NULL AND status <> 'sent'"
-#: Frozen copies (relay.migrations.frozen): a migration must not change when the package does.
-MYSQL = frozen.MYSQL
-NOW_DEFAULT = frozen.NOW_DEFAULT
 
 
 def upgrade() -> None:
     dialect = op.get_context().dialect.name
     json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-    ts = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), *MYSQL)
-    now = sa.text(NOW_DEFAULT.get(dialect, "CURRENT_TIMESTAMP"))
+    ts = frozen.timestamp()
     op.create_table(
         "outbox",
         sa.Column(
@@ -48,8 +44,8 @@ def upgrade() -> None:
         sa.Column("locked_by", sa.String(255), nullable=True),
         sa.Column("locked_until", ts, nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("created_at", ts, nullable=False, server_default=now),
-        sa.Column("updated_at", ts, nullable=False, server_default=now),
+        frozen.clock_column("created_at"),
+        frozen.clock_column("updated_at"),
         sa.Column("sent_at", ts, nullable=True),
         sa.CheckConstraint(
             "status IN ('pending', 'processing', 'sent', 'failed')", name=op.f("ck_outbox_status")
@@ -58,7 +54,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
         sqlite_autoincrement=True,
     )
-    if dialect in MYSQL:
+    if dialect in frozen.MYSQL:
         # No partial indexes: the claim reads one status at a time in id order.
         op.create_index("ix_outbox_status_id", "outbox", ["status", "id"])
     else:
@@ -79,7 +75,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    mysql_family = op.get_context().dialect.name in MYSQL
+    mysql_family = op.get_context().dialect.name in frozen.MYSQL
     op.drop_index("ix_outbox_ordering", table_name="outbox")
     op.drop_index(
         "ix_outbox_status_id" if mysql_family else "ix_outbox_claimable", table_name="outbox"

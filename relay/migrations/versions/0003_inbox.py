@@ -19,18 +19,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    dialect = op.get_context().dialect.name
-    ts = frozen.timestamp()
     op.create_table(
         "relay_inbox",
         sa.Column("consumer", sa.String(255), nullable=False),
         sa.Column("message_id", sa.String(255), nullable=False),
-        sa.Column(
-            "received_at",
-            ts,
-            nullable=False,
-            server_default=frozen.now_default(dialect),
-        ),
+        frozen.clock_column("received_at"),
         sa.PrimaryKeyConstraint("consumer", "message_id", name=op.f("pk_relay_inbox")),
     )
     op.create_index("ix_relay_inbox_received_at", "relay_inbox", ["received_at"])

@@ -20,17 +20,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    dialect = op.get_context().dialect.name
-    ts = frozen.timestamp()
     op.create_table(
         "relay_heartbeats",
         sa.Column("name", sa.String(64), nullable=False),
-        sa.Column(
-            "beat_at",
-            ts,
-            nullable=False,
-            server_default=frozen.now_default(dialect),
-        ),
+        frozen.clock_column("beat_at"),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_relay_heartbeats")),
     )
 

@@ -25,7 +25,6 @@ depends_on = None
 
 def upgrade() -> None:
     dialect = op.get_context().dialect.name
-    ts = frozen.timestamp()
     op.create_table(
         "relay_audit",
         sa.Column(
@@ -34,7 +33,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column("at", ts, nullable=False, server_default=frozen.now_default(dialect)),
+        frozen.clock_column("at"),
         sa.Column("actor", sa.String(255), nullable=False),
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("via", sa.String(16), nullable=False),

@@ -1,0 +1,49 @@
+"""One worker process's dispatcher, as the relay's tasks reach it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from relay import observe
+from relay.config import Settings
+from relay.dispatcher import Dispatcher
+
+
+class Runtime:
+    """One worker process's dispatcher: built on first use after fork, closed at shutdown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        #: Set by a warm shutdown: drains stop after the batch in flight.
+        self.stopping = threading.Event()
+        self._dispatcher: Dispatcher | None = None
+        self._pid = 0
+
+    def dispatcher(self) -> Dispatcher:
+        if self._pid != os.getpid():
+            self.forget()
+        if self._dispatcher is None:
+            self._dispatcher = Dispatcher.from_settings(
+                self.settings, observer=observe.for_settings(self.settings)
+            )
+            self._pid = os.getpid()
+        return self._dispatcher
+
+    def forget(self, *_: Any, **__: Any) -> None:
+        """After fork: drop what the parent built without closing it (its sockets are shared)."""
+        if self._dispatcher is not None:
+            self._dispatcher.store.engine.dispose(close=False)
+        self._dispatcher, self._pid = None, 0
+        self.stopping.clear()
+
+    def stop(self, *_: Any, **__: Any) -> None:
+        self.stopping.set()
+
+    def close(self, *_: Any, **__: Any) -> None:
+        dispatcher, self._dispatcher = self._dispatcher, None
+        if dispatcher is not None and self._pid == os.getpid():
+            dispatcher.close()
+            dispatcher.publisher.close()
+            dispatcher.store.dispose()

@@ -1,0 +1,151 @@
+"""Celery tasks sent through the outbox: :func:`send_task` writes a task message into the
+caller's transaction, and :class:`TransactionalTask` gives every task of an app the
+transactional twins of ``delay`` and ``apply_async``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Celery, Task, current_app
+from celery.utils import uuid
+from kombu.common import Broadcast
+from kombu.utils import json as kombu_json
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from relay import producer
+from relay.exceptions import EventError
+
+
+def send_task(
+    session_or_connection: Session | Connection,
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    countdown: float | None = None,
+    eta: datetime | None = None,
+    expires: float | datetime | None = None,
+    queue: str | None = None,
+    routing_key: str | None = None,
+    headers: Mapping[str, Any] | None = None,
+    ordering_key: str | None = None,
+    app: Celery | None = None,
+) -> str:
+    """Write Celery task ``name`` into the outbox in the caller's transaction; returns its
+    task id. The relay publishes it once the transaction committed and the countdown or
+    ``eta`` is due, as a standard protocol-2 message routed as ``app.send_task`` would route
+    it (resolved now, from ``app``, default the current app), with the same task id on every
+    attempt; an ``expires`` that passed before publishing leaves the row ``failed`` unsent.
+    """
+    app = current_app if app is None else app
+    if app.conf.task_serializer != "json":
+        raise EventError(
+            "task_serializer", f"is {app.conf.task_serializer!r}: only json is relayed"
+        )
+    call_args, call_kwargs = tuple(_sequence(args)), dict(kwargs or {})
+    _json_ready("args", call_args)  # refused here, naming the field, before anything is built
+    _json_ready("kwargs", call_kwargs)
+    delay = _delay_of(countdown, eta)
+    options = {k: v for k, v in {"queue": queue, "routing_key": routing_key}.items() if v}
+    route = _route(app, app.amqp.router.route(options, name, call_args, call_kwargs))
+    task_id = uuid()
+    message = app.amqp.as_task_v2(task_id, name, call_args, call_kwargs, expires=expires)
+    task = {**route, "headers": message.headers, "properties": message.properties}
+    body = _json_ready("args", list(message.body))
+    producer.default().enqueue_task(
+        session_or_connection,
+        name,
+        body,
+        task,
+        headers=headers,
+        ordering_key=ordering_key,
+        delay=delay,
+    )
+    return task_id
+
+
+class TransactionalTask(Task):  # type: ignore[type-arg]  # any task's arguments and result
+    """A task class with outbox shortcuts: ``app = Celery(..., task_cls=TransactionalTask)``
+    (or ``"relay.celery:TransactionalTask"``) gives every task of the app
+    ``add.delay_in(session, 2, 3)`` and ``add.apply_async_in(session, (2, 3), countdown=60)``,
+    the transactional twins of ``delay`` and ``apply_async`` (see :func:`send_task`)."""
+
+    def delay_in(
+        self, session_or_connection: Session | Connection, *args: Any, **kwargs: Any
+    ) -> str:
+        return self.apply_async_in(session_or_connection, args, kwargs)
+
+    def apply_async_in(
+        self,
+        session_or_connection: Session | Connection,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> str:
+        return send_task(session_or_connection, self.name, args, kwargs, app=self.app, **options)
+
+
+def _sequence(args: Sequence[Any]) -> Sequence[Any]:
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise EventError("args", f"must be a list or tuple, not {type(args).__name__}")
+    return args
+
+
+def _json_ready(field: str, value: Any) -> Any:
+    """``value`` as the app's JSON serializer (Kombu's) will write it; EventError if it cannot."""
+    try:
+        return json.loads(kombu_json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise EventError(
+            field, f"is not serializable with the task serializer (json): {exc}"
+        ) from None
+
+
+def _delay_of(countdown: float | None, eta: datetime | None) -> float | None:
+    if countdown is not None and eta is not None:
+        raise EventError("eta", "and countdown are exclusive")
+    if eta is None:
+        return countdown
+    if eta.tzinfo is None:
+        raise EventError("eta", "must be timezone-aware")
+    return max(0.0, (eta - datetime.now(UTC)).total_seconds())
+
+
+def _route(app: Celery, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Exchange, routing key and the queue to declare, resolved as ``send_task`` resolves them
+    (an unnamed exchange or key on a direct exchange becomes the queue's name on the default
+    exchange)."""
+    queue: Any = options.get("queue")
+    exchange = options.get("exchange")
+    routing_key, exchange_type = options.get("routing_key"), options.get("exchange_type")
+    name = None
+    if queue is None and exchange is None:
+        queue = app.amqp.default_queue
+    if queue is not None:
+        name, queue = (
+            (queue, app.amqp.queues[queue]) if isinstance(queue, str) else (queue.name, queue)
+        )
+    if exchange_type is None:
+        exchange_type = getattr(getattr(queue, "exchange", None), "type", None) or "direct"
+    exchange_name = getattr(exchange, "name", exchange)
+    if (not exchange_name or not routing_key) and exchange_type == "direct":
+        exchange_name, routing_key = "", name
+    elif exchange_name is None:
+        exchange_name = queue.exchange.name or app.amqp.default_exchange.name
+        routing_key = routing_key or queue.routing_key or app.conf.task_default_routing_key
+    declare = None
+    if queue is not None and not isinstance(queue, Broadcast):
+        declare = {
+            "queue": queue.name,
+            "exchange": queue.exchange.name if queue.exchange else "",
+            "exchange_type": queue.exchange.type if queue.exchange else "direct",
+            "routing_key": queue.routing_key or "",
+            "durable": bool(queue.durable),
+            "arguments": dict(queue.queue_arguments or {}),
+        }
+    return {"exchange": exchange_name, "routing_key": routing_key, "declare": declare}

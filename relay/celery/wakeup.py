@@ -1,0 +1,146 @@
+"""Wake-ups: a ``claim_and_dispatch`` sent soon after events were committed, so they need not
+wait for the tick.
+
+:func:`enable_wakeup` sends one after each ``relay.enqueue`` commit of this process;
+:func:`watch_in_beat` has beat send them for the whole deployment, from what one watcher of
+the database sees. Both go through a :class:`Waker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+
+from relay import producer
+from relay.celery.names import CLAIM_AND_DISPATCH
+from relay.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Waker:
+    """Sends one ``claim_and_dispatch`` after a commit, from a background thread.
+
+    The commit only sets an event, so a slow or dead broker never holds the caller's commit;
+    wake-ups arriving while one is being sent coalesce into one more, and with ``min_interval``
+    so do those arriving within that long after a send (the beat listener's bound on a burst:
+    at most one task per interval). A failed send is logged: the tick picks the events up
+    instead.
+    """
+
+    def __init__(
+        self,
+        app: Celery,
+        settings: Settings,
+        min_interval: float = 0.0,
+        *,
+        one_queued: bool = False,
+    ) -> None:
+        self.app, self.settings, self.min_interval = app, settings, min_interval
+        #: Send nothing while a relay task already waits in ``RELAY_QUEUE`` (it will drain what
+        #: this wake-up is for): under steady load the beat listener keeps at most one queued.
+        self.one_queued = one_queued
+        #: Wake-up tasks sent so far by this process, and those left out because one waited.
+        self.sent = self.skipped = 0
+        self._conn: Any = None
+        self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def __call__(self) -> None:
+        if self._thread is None or self._pid != os.getpid():
+            self._start()
+        self._wanted.set()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._pid == os.getpid():
+                return
+            # After a fork the parent's thread does not exist here: start this process's own.
+            self._wanted = threading.Event()
+            self._thread = threading.Thread(target=self._run, name="relay-wake", daemon=True)
+            self._pid = os.getpid()
+            self._thread.start()
+
+    def _run(self) -> None:
+        last = -math.inf
+        while True:
+            self._wanted.wait()
+            gap = last + self.min_interval - time.monotonic()
+            if gap > 0:
+                time.sleep(gap)  # the rate limit; wake-ups meanwhile fold into this one
+            self._wanted.clear()
+            last = time.monotonic()
+            if self.one_queued and self._queued():
+                self.skipped += 1
+                continue
+            try:
+                self.app.send_task(
+                    CLAIM_AND_DISPATCH,
+                    queue=self.settings.queue,
+                    expires=self.settings.tick_seconds,
+                    retry=False,
+                )
+                self.sent += 1
+            except Exception as exc:
+                log.warning("relay wake-up not sent, the tick will relay the events: %s", exc)
+
+    def _queued(self) -> int:
+        """Messages waiting in ``RELAY_QUEUE`` (a passive declare); 0 when that fails."""
+        try:
+            if self._conn is None:
+                self._conn = self.app.connection_for_write()
+            declared = self._conn.default_channel.queue_declare(
+                queue=self.settings.queue, passive=True
+            )
+            return int(declared.message_count)
+        except Exception:
+            # The queue is not declared yet, or the connection broke: send, and reconnect next
+            # time.
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                conn.close()
+            return 0
+
+
+def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
+    """The ``beat_init`` handler that starts the deployment's one watcher in ``app``'s beat and
+    turns what it sees into ``claim_and_dispatch`` tasks, at most one per
+    ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
+
+    On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a :class:`relay.listener.Listener`
+    holding an advisory lock (a second beat on the same database stands by); elsewhere a
+    :class:`relay.listener.Poller` looks for claimable rows adaptively, floor to tick."""
+
+    def start(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", app) is not app:
+            return
+        from relay import listener
+        from relay.store import Store
+
+        s = settings
+        waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
+        if s.notify and listener.supports(s.database_url):
+            listener.Listener(s.database_url, waker, exclusive=True).start()
+        else:
+            store = Store.from_url(s.database_url)
+            listener.Poller(store, waker, s.poll_floor_seconds, s.tick_seconds).start()
+            log.info("relay poller started: every %gs to %gs", s.poll_floor_seconds, s.tick_seconds)
+
+    return start
+
+
+def enable_wakeup(app: Celery, settings: Settings) -> Waker:
+    """Make ``relay.enqueue`` send a ``claim_and_dispatch`` through ``app`` after each commit."""
+    waker = Waker(app, settings)
+    producer.configure(wake=waker)
+    return waker
