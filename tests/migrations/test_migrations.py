@@ -129,3 +129,19 @@ def test_key_and_sent_indexes_cover_only_rows_with_a_value(
         migrate.check(empty_url)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://offline/relay", "mysql://offline/relay", "sqlite:///offline.sqlite3"],
+)
+def test_the_chain_writes_its_sql_offline(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``alembic upgrade --sql`` (a DBA applies the SQL by hand): every revision writes its
+    statements without a connection, 0008's rebuild of the partial indexes included."""
+    from alembic import command
+
+    command.upgrade(migrate.alembic_config(url), "head", sql=True)
+    out = capsys.readouterr().out
+    assert "CREATE TABLE outbox" in out
+    if not url.startswith("mysql"):
+        assert "ON outbox (sent_at) WHERE sent_at IS NOT NULL" in out

@@ -62,8 +62,9 @@ def _rebuild(name: str, where: str | None) -> None:
 def upgrade() -> None:
     if op.get_context().dialect.name in frozen.MYSQL:
         return
+    offline = op.get_context().as_sql  # ``--sql``: nothing to inspect, write the rebuild
     for name, (_, _, where) in INDEXES.items():
-        if " WHERE " not in _definition(name).upper():
+        if offline or " WHERE " not in _definition(name).upper():
             _rebuild(name, where)
 
 
