@@ -82,6 +82,8 @@ class Plan:
     versus_events: int = 20_000
     versus_processes: int = 4
     baselines: list[str] = field(default_factory=list)
+    #: bench.versus: the checkout's relay again with other settings (``KEY=VALUE[,KEY=VALUE]``).
+    variants: list[str] = field(default_factory=list)
 
 
 FULL = Plan(
@@ -169,7 +171,7 @@ QUICK = Plan(
 SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "env": lambda p: services.versions(),
     "versus": lambda p: versus.run(
-        services.AMQP_URL, p.versus_events, p.reps, p.versus_processes, p.baselines
+        services.AMQP_URL, p.versus_events, p.reps, p.versus_processes, p.baselines, p.variants
     ),
     "publish_ceiling": lambda p: baselines.publish_ceilings(
         p.publish_messages, p.reps, [100, 1000, 0]
@@ -223,12 +225,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="REV",
         help="versus: also run the relay of this git revision (repeatable)",
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="versus: also run this checkout's relay with these settings (repeatable)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    plan = replace(QUICK if args.quick else FULL, baselines=args.baseline)
+    plan = replace(QUICK if args.quick else FULL, baselines=args.baseline, variants=args.variant)
     results = args.results or (QUICK_RESULTS if args.quick else RESULTS)
     docs = args.docs or (results / "benchmarks.md" if args.quick else ROOT / "docs/benchmarks.md")
     results.mkdir(parents=True, exist_ok=True)

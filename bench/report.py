@@ -264,15 +264,26 @@ def versus(data: dict[str, Any]) -> str:
         label = "raw Kombu, confirms per 1,000" if name == "raw_kombu" else f"`{name}`"
         vs = r.get("vs_raw")
         runs = ", ".join(f"{x:.2f}" for x in vs["runs"]) if vs else ""
+        cpu = (
+            ""
+            if "cpu_total" not in r
+            else " / ".join(
+                f"{r[k]:.0f}"
+                for k in ("cpu_publishers", "cpu_postgres", "cpu_rabbitmq", "cpu_total")
+            )
+        )
         rows.append(
             [
                 label,
                 rate(r),
                 rate(r["from_start"]),
                 f"**{vs['median']:.2f}x** ({runs})" if vs else "1x",
+                cpu,
+                f"{r['cpu_vs_raw']:.2f}x" if "cpu_vs_raw" in r else ("1x" if cpu else ""),
             ]
         )
     header = ["publisher", "msg/s (queue growth)", "from the commit / go", "vs raw Kombu, per run"]
+    header += ["CPU µs/msg: publishers / PostgreSQL / RabbitMQ / total", "CPU-bound ratio"]
     return table(header, rows)
 
 

@@ -12,6 +12,10 @@ read from the growth of a bound queue's depth while no consumer runs.
 One connection polls the queue depth (passive ``queue_declare``) every 20 ms. ``rate`` is the
 growth from the first poll that saw messages to the one that saw all of them over the time
 between; ``rate_from_start`` is ``events`` over the time from the go signal or the commit. The
+CPU is read from ``/proc`` at the same two moments, per message: the mode's processes
+(``cpu_publishers``), every PostgreSQL and RabbitMQ process (``cpu_postgres``,
+``cpu_rabbitmq``; whoever else uses them counts too), and ``cpu_vs_raw`` = the raw side's total
+over this side's: the ratio the rates would show where the CPU is the only limit. The
 modes take turns within each repetition (each repetition starts with the next mode), and only
 one mode's processes run at a time. Every run must leave exactly ``events`` messages in the
 queue.
@@ -64,10 +68,26 @@ class _Depth:
         self._conn.release()
 
 
+#: The servers whose CPU a message costs besides the publishers' own (pgrep patterns).
+SERVERS = {"postgres": "postgres", "rabbitmq": "beam.smp"}
+
+
+def _cpu(
+    running: Sequence[subprocess.Popen[bytes]], servers: dict[str, list[int]]
+) -> dict[str, float]:
+    out = {name: procs.cpu_seconds(pids) for name, pids in servers.items()}
+    out["publishers"] = procs.cpu_seconds([p.pid for p in running])
+    return out
+
+
 def _watch(
     depth: _Depth, events: int, started: float, running: Sequence[subprocess.Popen[bytes]]
 ) -> dict[str, float]:
-    """Poll until the queue holds ``events`` messages; the rates (see the module doc)."""
+    """Poll until the queue holds ``events`` messages; the rates (see the module doc), and the
+    CPU each part spent meanwhile in µs a message (``cpu_*``): the publishers (relay or raw),
+    PostgreSQL and RabbitMQ (every process of each, whoever it served)."""
+    servers = {name: procs.pids_of(pattern) for name, pattern in SERVERS.items()}
+    before = _cpu(running, servers)
     first: tuple[float, int] | None = None
     deadline = started + 300
     while True:
@@ -85,7 +105,10 @@ def _watch(
         time.sleep(POLL_SECONDS)
     assert first is not None
     growth = (events - first[1]) / (now - first[0]) if now > first[0] else float("nan")
-    return {"rate": growth, "rate_from_start": events / (now - started)}
+    after = _cpu(running, servers)
+    cpu = {f"cpu_{k}": (after[k] - before[k]) / events * 1e6 for k in after}
+    cpu["cpu_total"] = sum(cpu.values())
+    return {"rate": growth, "rate_from_start": events / (now - started), **cpu}
 
 
 def _raw(route: services.Route, depth: _Depth, events: int, processes: int) -> dict[str, float]:
@@ -181,9 +204,14 @@ def run(
         rates = [r["rate"] for r in measured]
         out[name] = summarize(rates)
         out[name]["from_start"] = summarize([r["rate_from_start"] for r in measured])
+        for key in sorted(k for k in measured[0] if k.startswith("cpu_")):
+            out[name][key] = statistics.median(r[key] for r in measured)
         if name != "raw_kombu":
             ratios = [a / b for a, b in zip(rates, raw, strict=True)]
             out[name]["vs_raw"] = {"median": statistics.median(ratios), "runs": ratios}
+            # What the rates would be where the CPU is the only limit (2 shared cores, nothing
+            # else running): the raw side's CPU per message over this side's.
+            out[name]["cpu_vs_raw"] = out["raw_kombu"]["cpu_total"] / out[name]["cpu_total"]
     return out
 
 
