@@ -74,10 +74,21 @@ SERVERS = {"postgres": "postgres", "rabbitmq": "beam.smp"}
 
 def _cpu(
     running: Sequence[subprocess.Popen[bytes]], servers: dict[str, list[int]]
+) -> dict[str, dict[int, float]]:
+    """CPU seconds so far of each process, by part: a process that ended in between drops out
+    of the difference instead of taking its whole life's CPU away from it."""
+    parts = {**servers, "publishers": [p.pid for p in running]}
+    return {name: {pid: procs.cpu_seconds([pid]) for pid in pids} for name, pids in parts.items()}
+
+
+def _spent(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
 ) -> dict[str, float]:
-    out = {name: procs.cpu_seconds(pids) for name, pids in servers.items()}
-    out["publishers"] = procs.cpu_seconds([p.pid for p in running])
-    return out
+    """CPU seconds each part spent between two readings, over the processes alive at both."""
+    return {
+        name: sum(after[name][pid] - start for pid, start in pids.items() if after[name].get(pid))
+        for name, pids in before.items()
+    }
 
 
 def _watch(
@@ -105,8 +116,8 @@ def _watch(
         time.sleep(POLL_SECONDS)
     assert first is not None
     growth = (events - first[1]) / (now - first[0]) if now > first[0] else float("nan")
-    after = _cpu(running, servers)
-    cpu = {f"cpu_{k}": (after[k] - before[k]) / events * 1e6 for k in after}
+    spent = _spent(before, _cpu(running, servers))
+    cpu = {f"cpu_{k}": seconds / events * 1e6 for k, seconds in spent.items()}
     cpu["cpu_total"] = sum(cpu.values())
     return {"rate": growth, "rate_from_start": events / (now - started), **cpu}
 
@@ -125,6 +136,8 @@ def _raw(route: services.Route, depth: _Depth, events: int, processes: int) -> d
         for p in running:
             p.send_signal(signal.SIGUSR1)
         rates = _watch(depth, events, started, running)
+        for p in running:
+            p.send_signal(signal.SIGUSR1)  # read: it may exit now
         for p in running:
             if p.wait(timeout=60) != 0:
                 raise procs.WorkerFailed(f"raw publisher exited with {p.returncode}")
@@ -222,7 +235,8 @@ def _check(route: services.Route, events: int) -> None:
 
 
 def _raw_worker(url: str, exchange: str, count: int, offset: int) -> int:
-    """One raw publisher: build the messages, connect, say ready, wait for SIGUSR1, publish."""
+    """One raw publisher: build the messages, connect, say ready, wait for SIGUSR1, publish,
+    wait for SIGUSR1 again (its CPU is read while it lives)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     msgs = [message.build(rows.claimed(n)) for n in range(offset + 1, offset + count + 1)]
     route = services.Route(url, exchange, "")
@@ -232,6 +246,7 @@ def _raw_worker(url: str, exchange: str, count: int, offset: int) -> int:
         signal.sigwait({signal.SIGUSR1})
 
     baselines.kombu_windowed(route, msgs, WINDOW, before_clock=ready)
+    signal.sigwait({signal.SIGUSR1})  # alive until the harness has read its CPU
     return 0
 
 
