@@ -144,17 +144,21 @@ def _screenshot(driver: Any, name: str) -> None:
 
 
 def _follow(driver: Any, by: str, value: str) -> None:
-    """Click an element and wait until the next page has loaded (no sleep: the old page's
-    root going stale is the signal)."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    """Click an element and wait until the next page has loaded (no sleep: a mark left on the
+    old page's ``window`` being gone is the signal; asking whether the old page's root went
+    stale races with the navigation in chromedriver: "Node with given id does not belong to
+    the document")."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    old = driver.find_element(By.TAG_NAME, "html")
+    driver.execute_script("window.relayOldPage = true")
     driver.find_element(by, value).click()
-    wait = WebDriverWait(driver, 20)
-    wait.until(expected_conditions.staleness_of(old))
-    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+    # A script run while the page is being replaced may fail: ask again.
+    WebDriverWait(driver, 20, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.relayOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def _text(driver: Any, element_id: str) -> str:
