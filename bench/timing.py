@@ -68,7 +68,8 @@ class Workload:
     argv: Sequence[str]
     ready: str
     processes: int
-    batch_size: int
+    #: ``RELAY_BATCH_SIZE``; None leaves it (and so ``RELAY_BATCH_MAX``) at the relay's default.
+    batch_size: int | None
     database_url: str
     route: Route
     extra_env: Mapping[str, str] | None = None
@@ -78,15 +79,19 @@ class Workload:
 
 
 def relay_env(
-    database_url: str, route: Route, batch_size: int, extra: Mapping[str, str] | None = None
+    database_url: str,
+    route: Route,
+    batch_size: int | None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The ``RELAY_*`` settings of relay processes draining into ``route``."""
+    """The ``RELAY_*`` settings of relay processes draining into ``route``. A batch size set
+    here is kept fixed (``RELAY_BATCH_MAX`` follows it); None leaves both at the defaults."""
     return {
         "RELAY_DATABASE_URL": database_url,
         "RELAY_BROKER_URL": route.url,
         "RELAY_EVENTS_URL": route.url,
         "RELAY_EXCHANGE": route.exchange_name,
-        "RELAY_BATCH_SIZE": str(batch_size),
+        **({} if batch_size is None else {"RELAY_BATCH_SIZE": str(batch_size)}),
         # The empty-outbox rest: short, so a drain starts within 50 ms of the commit.
         "RELAY_TICK_SECONDS": "0.05",
         **(extra or {}),

@@ -186,18 +186,18 @@ def run(
         stack.callback(engine.dispose)
         depth = _Depth(route)
         stack.callback(depth.close)
-        relays = {"relay": Workload([], procs.RELAY_READY, processes, 100, url, route)}
+        relays = {"relay": Workload([], procs.RELAY_READY, processes, None, url, route)}
         for rev in baselines:
             path = stack.enter_context(_source_of(rev))
             runs[f"relay@{rev}"] = []
             relays[f"relay@{rev}"] = Workload(
-                [], procs.RELAY_READY, processes, 100, url, route, {"PYTHONPATH": path}
+                [], procs.RELAY_READY, processes, None, url, route, {"PYTHONPATH": path}
             )
         for variant in variants:
             extra = dict(pair.split("=", 1) for pair in variant.split(","))
             runs[f"relay[{variant}]"] = []
             relays[f"relay[{variant}]"] = Workload(
-                [], procs.RELAY_READY, processes, 100, url, route, extra
+                [], procs.RELAY_READY, processes, None, url, route, extra
             )
         modes: list[str | None] = [None, *relays]  # None: raw Kombu
         rows.clear(engine)
