@@ -42,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
-from relay.dialects.base import CLAIM_COLUMNS, SENT, Dialect
+from relay.dialects.base import CLAIM_COLUMNS, SENT, Dialect, cached
 from relay.schema import outbox, outbox_progress, outbox_sequence
 from relay.timestamps import UtcDateTime, utc_now
 
@@ -83,6 +83,7 @@ class MySQLDialect(Dialect):
             .with_for_update(skip_locked=True)
         )
 
+    @cached
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the picked rows; bind ``ids``."""
         return (
@@ -91,6 +92,7 @@ class MySQLDialect(Dialect):
             .values(**self.lease_values(worker, lease_seconds))
         )
 
+    @cached
     def claimed_statement(self) -> Select[Any]:
         """The leased rows as the claim returns them; bind ``ids``."""
         return select(*CLAIM_COLUMNS).where(outbox.c.id.in_(bindparam("ids", expanding=True)))

@@ -23,7 +23,7 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.dialects.base import _PLACE, CLAIM_COLUMNS, PROCESSING, Dialect
+from relay.dialects.base import _PLACE, CLAIM_COLUMNS, PROCESSING, Dialect, cached
 from relay.schema import outbox, outbox_progress, outbox_sequence
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
@@ -68,6 +68,7 @@ class PostgresDialect(Dialect):
             outbox.c.locked_by == worker,
         )
 
+    @cached
     def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
         """Oldest claimable rows, locked with SKIP LOCKED and leased in the same statement."""
         picked = (
@@ -91,6 +92,7 @@ class PostgresDialect(Dialect):
         stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
         return list(conn.execute(stmt).all())
 
+    @cached
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
         return (
@@ -119,6 +121,7 @@ class PostgresDialect(Dialect):
             .lateral("o")
         )
 
+    @cached
     def heads_statement(self, limit: int) -> Select[Any]:
         """Claimable heads of their key (number ``sent_seq + 1``), oldest first, each locked by
         a LATERAL probe per key."""
@@ -130,6 +133,7 @@ class PostgresDialect(Dialect):
             .limit(limit)
         )
 
+    @cached
     def run_statement(self) -> Select[Any]:
         """The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``,
         each locked by a LATERAL probe."""

@@ -34,7 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.dialects.base import CLAIM_COLUMNS, Dialect
+from relay.dialects.base import CLAIM_COLUMNS, Dialect, cached
 from relay.schema import outbox, outbox_progress, outbox_sequence
 from relay.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
@@ -62,6 +62,7 @@ class SQLiteDialect(Dialect):
         days = func.julianday(literal_column("'now'")) - func.julianday(column)
         return type_coerce(days * literal_column("86400.0"), Float)
 
+    @cached
     def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
         """Lease the oldest claimable rows picked by a sub-select, returning them."""
         picked = (
@@ -88,6 +89,7 @@ class SQLiteDialect(Dialect):
         """Unchanged: the transaction already holds the database's write lock."""
         return stmt
 
+    @cached
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the rows bound as ``ids``, returning them."""
         return (

@@ -126,3 +126,21 @@ def test_every_builder_has_a_one_line_docstring() -> None:
         for stmt_name in _statements(dialect):
             doc = getattr(dialect, stmt_name).__doc__ or ""
             assert doc.strip(), f"{name}.{stmt_name} has no docstring"
+
+
+def test_hot_path_statements_are_built_once_per_arguments() -> None:
+    """A claim's and an outcome's statements are built once per dialect and arguments (no
+    SQLAlchemy construction per batch), and the cache stays bounded."""
+    from relay.dialects import base
+    from relay.dialects.postgresql import PostgresDialect
+
+    d = PostgresDialect()
+    first = d.claim_statement(worker="w", limit=100, lease_seconds=30)
+    assert d.claim_statement(worker="w", limit=100, lease_seconds=30) is first
+    assert d.claim_statement(worker="w", limit=200, lease_seconds=30) is not first
+    assert d.mark_sent("w") is d.mark_sent("w")
+    assert d.mark_sent("w") is not d.mark_sent("v")
+    assert PostgresDialect().mark_sent("w") is not d.mark_sent("w")  # per dialect instance
+    for n in range(base.STATEMENT_CACHE_SIZE + 10):
+        d.heads_statement(n + 1)
+    assert len(d.__dict__["_statements"]) <= base.STATEMENT_CACHE_SIZE
