@@ -21,8 +21,9 @@ class PromptAcks:
     waits on its sockets until its next timer (up to 10 s). Celery queues every ack that way,
     and the solo pool runs the task inside a hub callback: an ack queued there waits for the
     next pass, after that wait. Once a worker has run every task of its prefetch window, the
-    broker may send it nothing more, nothing wakes the wait, and the worker idles for seconds
-    with wake-ups queued and rows waiting (the Celery-runner stalls of issue 16; celery#7718).
+    broker may send it nothing more (RabbitMQ holds that window; Redis's transport keeps it in
+    the worker), nothing wakes the wait, and the worker idles for seconds with wake-ups queued
+    and rows waiting (the Celery-runner stalls of issue 16; celery#7718).
 
     Just before the wait (the hub's ``on_tick``), when callbacks are due, one byte written to
     a pipe the hub also watches makes the wait return at once; the hub then runs them as usual.
