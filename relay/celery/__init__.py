@@ -14,6 +14,7 @@ This package and ``relay.cli`` are the only places that import Celery. Its modul
 - :mod:`~relay.celery.names`: the task names, a wire contract;
 - :mod:`~relay.celery.fleet`: the relay's own tasks and beat entries (:func:`install`,
   :func:`create_app`), run by a :class:`~relay.celery.runtime.Runtime` per worker process;
+- :mod:`~relay.celery.acks`: :class:`PromptAcks`, a worker's acks sent as soon as its task ran;
 - :mod:`~relay.celery.wakeup`: wake-ups after commits and from beat's watcher;
 - :mod:`~relay.celery.transactional`: :func:`send_task` and :class:`TransactionalTask`;
 - :mod:`~relay.celery.events`: :func:`on_event` and the worker's event consumer.
@@ -25,6 +26,7 @@ from typing import Any
 
 from celery import Celery
 
+from relay.celery.acks import PromptAcks
 from relay.celery.events import EventConsumerStep, on_event
 from relay.celery.fleet import (
     PURGE_BATCH_SIZE,
@@ -58,6 +60,7 @@ __all__ = [
     "PURGE_SENT",
     "TICK",
     "EventConsumerStep",
+    "PromptAcks",
     "Runtime",
     "TransactionalTask",
     "Waker",

@@ -21,6 +21,7 @@ from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
 from relay import timing, transports
+from relay.celery.acks import PromptAcks
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
@@ -166,6 +167,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.worker_process_shutdown.connect(runtime.close, weak=False)
     signals.worker_shutdown.connect(runtime.close, weak=False)
     signals.beat_init.connect(watch_in_beat(app, settings), weak=False)
+    signals.worker_ready.connect(PromptAcks.on_worker_ready(app), weak=False)
     if settings.metrics_port is not None:
         signals.worker_init.connect(_serve_metrics(app, settings), weak=False)
     if wakeup:
