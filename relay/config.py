@@ -28,6 +28,12 @@ DEFAULT_BROKER_URL = "filesystem://"
 #: left unset beside a set confirm timeout grows to keep that share: a batch that waits for its
 #: confirms still has most of its lease left to record the outcome.
 CONFIRM_SHARE_OF_LEASE = 1 / 3
+#: Where nothing notifies the relay of new rows (MySQL, MariaDB, SQLite, or PostgreSQL with
+#: ``RELAY_NOTIFY`` off), the tick is how soon an idle relay looks again, so its default is
+#: shorter there: a load that starts after a quiet spell waits at most this long for its first
+#: claim (issue 16: p99 under 300 ms on MariaDB at 200 ev/s), for about one claim per process
+#: every 0.4 s when idle.
+POLLED_TICK_SECONDS = 0.4
 
 T = TypeVar("T")
 
@@ -123,8 +129,9 @@ class Settings:
         floor, tick = "poll_floor_seconds", "tick_seconds"
         if self._is_set(tick):
             self._derive(floor, min(_DEFAULTS[floor], self.tick_seconds))
-        elif self._is_set(floor):
-            self._derive(tick, max(_DEFAULTS[tick], self.poll_floor_seconds))
+        else:
+            default_tick = _DEFAULTS[tick] if self.notified else POLLED_TICK_SECONDS
+            self._derive(tick, max(default_tick, self.poll_floor_seconds))
         # Names that would collide with a default take a suffix instead of refusing to start.
         if self._is_set("exchange"):
             self._derive(
@@ -269,6 +276,12 @@ class Settings:
                 self.console_redact,
                 "has an empty field name (expected names separated by commas)",
             )
+
+    @property
+    def notified(self) -> bool:
+        """Whether new rows notify the relay: PostgreSQL with ``RELAY_NOTIFY`` on (LISTEN)."""
+        scheme = self.database_url.split(":", 1)[0].split("+", 1)[0].lower()
+        return self.notify and scheme in ("postgresql", "postgres")
 
     @property
     def console_redact_fields(self) -> frozenset[str]:

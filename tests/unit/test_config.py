@@ -149,6 +149,18 @@ def test_every_variable_has_edge_cases() -> None:
         ({"RELAY_QUEUE": "outbox"}, {"exchange": "outbox-events"}),
         ({"RELAY_TICK_SECONDS": "0.01"}, {"poll_floor_seconds": 0.01}),
         ({"RELAY_POLL_FLOOR_SECONDS": "5"}, {"tick_seconds": 5.0}),
+        # The tick is the idle relay's next look where nothing notifies it: shorter there.
+        ({}, {"tick_seconds": 0.4}),
+        ({"RELAY_DATABASE_URL": "postgresql://db/app"}, {"tick_seconds": 1.0}),
+        (
+            {"RELAY_DATABASE_URL": "postgresql+psycopg://db/app", "RELAY_NOTIFY": "0"},
+            {"tick_seconds": 0.4},
+        ),
+        ({"RELAY_DATABASE_URL": "mariadb://db/app"}, {"tick_seconds": 0.4}),
+        (
+            {"RELAY_DATABASE_URL": "mysql://db/app", "RELAY_TICK_SECONDS": "2"},
+            {"tick_seconds": 2.0},
+        ),
         ({"RELAY_NOTIFY": "off"}, {"notify": False}),
         ({}, {"batch_size": 100, "batch_max": 1000}),
         ({"RELAY_BATCH_SIZE": "100"}, {"batch_max": 100}),
