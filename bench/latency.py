@@ -10,7 +10,7 @@ a quiet interval, as a share of one core.
 
 Three sections use it:
 
-- ``wakeup``: default settings (``RELAY_TICK_SECONDS=1``) on PostgreSQL with LISTEN/NOTIFY,
+- ``wakeup``: default settings (tick 1 s with NOTIFY, 0.4 s where the relay polls) on PostgreSQL,
   PostgreSQL with ``RELAY_NOTIFY=0`` and MariaDB, each with 2 x ``relay dispatch --loop`` and
   with beat + 2 Celery workers; no after-commit wake-up (the trigger or the poll finds rows).
 - ``latency_polling``: one ``relay dispatch --loop`` on PostgreSQL that only polls, every tick
