@@ -55,8 +55,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # The lease, not the broker, guards each row: a task lost with its worker is replaced by
         # the next tick, so acknowledging on receipt costs nothing and avoids redeliveries.
         "task_acks_late": False,
-        # A prefetched task waits behind a whole drain; reserving one at a time lets idle
-        # workers take the fan-out instead.
+        # A prefetched task waits behind a whole drain; reserving as few as the pool can run
+        # (the multiplier times the concurrency: a solo worker's concurrency is the CPU count
+        # unless set) lets idle workers take the fan-out instead.
         "worker_prefetch_multiplier": 1,
         "timezone": "UTC",
         "enable_utc": True,
