@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from relay.records import Buried, ClaimedEvent, Rescheduled
@@ -95,7 +95,8 @@ class BatchSizer:
 
     first: int
     most: int
-    size: int = 0
+    #: The next claim's size.
+    size: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.size = self.first

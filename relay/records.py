@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,7 +40,7 @@ class ClaimedEvent:
     seq: int | None = None
 
     @classmethod
-    def from_claim(cls, row: tuple[Any, ...] | Any) -> ClaimedEvent:
+    def from_claim(cls, row: Sequence[Any]) -> ClaimedEvent:
         """Build from a claim's row, a tuple in this class's field order (the store's
         ``CLAIM_COLUMNS``): no mapping is built per row on the hot path."""
         id_, event_type, payload, headers, ordering_key, attempt, created_at, seq = row
