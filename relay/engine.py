@@ -24,6 +24,10 @@ _DEFAULT_DRIVERS = {
 }
 
 
+#: Drivers an extra of this package installs, by module: named when the import fails.
+_EXTRAS = {"pymysql": " (pip install 'celery-outbox-relay[mysql]')"}
+
+
 def normalize_url(url: str) -> str:
     """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
     scheme, sep, rest = url.partition("://")
@@ -51,7 +55,8 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
         # setting is wrong, and saying so beats a traceback.
         raise ConfigError(f"RELAY_DATABASE_URL={redact(url)!r}: {redact(str(exc))}") from exc
     except ImportError as exc:
-        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}") from exc
+        hint = _EXTRAS.get(getattr(exc, "name", None) or "", "")
+        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}{hint}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_begin_immediate)

@@ -125,6 +125,10 @@ def test_a_plain_install_has_no_test_or_bench_packages(venv: UserVenv) -> None:
         [venv.bin / "python", "-c", check], capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "[]", out.stderr
+    # Without the extra, a MySQL URL is refused naming the extra that brings its driver.
+    refused = venv.relay("migrate", database_url="mysql://root@127.0.0.1/test")
+    assert refused.returncode != 0
+    assert "pip install 'celery-outbox-relay[mysql]'" in refused.stderr
 
 
 def _migrate_and_dispatch_once(
