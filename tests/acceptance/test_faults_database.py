@@ -127,7 +127,9 @@ def test_database_restart_mid_drain_workers_reconnect_and_lose_nothing(
     backend_pool: databases.BackendPool,
 ) -> None:
     """PostgreSQL restarted while the fleet drains: workers survive, reconnect, deliver all."""
-    ids = enqueue_committed(engine, 12_000)
+    # Enough rows that the fleet is still draining when the server stops: 12,000 were all sent
+    # before it stopped once the per-batch statements were cached (the drain got faster).
+    ids = enqueue_committed(engine, 30_000)
     env = fleet_env(pg_url, amqp_url, exchange_name, batch_size=RESTART_BATCH)
     fleet = Fleet(env, tmp_path)
     try:
