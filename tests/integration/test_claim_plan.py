@@ -48,11 +48,39 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
         engine.dispose()
 
 
-def _generic_plan(engine: sa.Engine, stmt: Any, params: dict[str, Any] | None = None) -> str:
-    """EXPLAIN of ``stmt`` as a server-side prepared statement with a generic plan."""
+def test_claim_updates_through_the_primary_key_on_a_young_table(pg_url: str) -> None:
+    """A table about the size of the batches (a fresh deployment, a bench): the claim's
+    UPDATE still finds its rows through the primary key, never by hashing the whole table."""
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO outbox (event_type, payload) "
+                    "SELECT 'new', '{}'::jsonb FROM generate_series(1, 20000)"
+                )
+            )
+            conn.execute(sa.text("ANALYZE outbox"))
+        stmt = PostgresDialect().claim_statement(worker="w", limit=1000, lease_seconds=30)
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            plan = _generic_plan(engine, stmt, mode=mode)
+            assert "Seq Scan" not in plan, plan
+            assert "Index Scan using pk_outbox on outbox" in plan, plan
+    finally:
+        engine.dispose()
+
+
+def _generic_plan(
+    engine: sa.Engine,
+    stmt: Any,
+    params: dict[str, Any] | None = None,
+    mode: str = "force_generic_plan",
+) -> str:
+    """EXPLAIN of ``stmt`` as a server-side prepared statement with a generic plan (or the
+    plan ``mode`` asks for)."""
     compiled = stmt.compile(dialect=engine.dialect)
     with engine.begin() as conn:
-        conn.execute(sa.text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        conn.execute(sa.text(f"SET LOCAL plan_cache_mode = {mode}"))
         raw = conn.connection.driver_connection
         assert raw is not None
         with raw.cursor() as cur:

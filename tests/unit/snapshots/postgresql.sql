@@ -22,12 +22,10 @@ WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' 
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
 
 -- claim_statement: Oldest claimable rows, locked with SKIP LOCKED and leased in the same statement.
-WITH picked AS
-(SELECT outbox.id AS id
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT outbox.id
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) ORDER BY outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED)
- UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() FROM picked WHERE outbox.id = picked.id RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED))) RETURNING outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
 
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
