@@ -69,7 +69,8 @@ _DECODER = json.JSONDecoder()
 def json_loads(data: str | bytes) -> Any:
     """``json.loads`` without its per-call set-up (finding the encoding of bytes, building the
     call): the database hands JSON columns over as UTF-8. Every claimed row decodes two of
-    them, payload and headers: 9 + 4.5 µs with ``json.loads``, 5.7 + 2 µs this way."""
+    them, payload and headers (the store, from the claim's text): 9 + 4.5 µs with
+    ``json.loads``, 5.7 + 2 µs this way, as a loader psycopg calls back; 2 + 1 from text."""
     return _DECODER.decode(data if isinstance(data, str) else bytes(data).decode())
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,11 +40,21 @@ class ClaimedEvent:
     seq: int | None = None
 
     @classmethod
-    def from_claim(cls, row: Sequence[Any]) -> ClaimedEvent:
-        """Build from a claim's row, a tuple in this class's field order (the store's
-        ``CLAIM_COLUMNS``): no mapping is built per row on the hot path."""
+    def from_claim(cls, row: Sequence[Any], loads: Callable[[Any], Any]) -> ClaimedEvent:
+        """Build from a claim's row, a tuple in this class's field order (the dialect's
+        ``claim_columns``) with payload and headers as JSON text, decoded by ``loads``: no
+        mapping is built per row on the hot path."""
         id_, event_type, payload, headers, ordering_key, attempt, created_at, seq = row
-        return cls(id_, event_type, payload, headers, ordering_key, attempt, created_at, seq)
+        return cls(
+            id_,
+            event_type,
+            loads(payload),
+            None if headers is None else loads(headers),
+            ordering_key,
+            attempt,
+            created_at,
+            seq,
+        )
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> ClaimedEvent:

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Row,
     Select,
     String,
+    Text,
     Update,
     and_,
     bindparam,
@@ -42,6 +43,7 @@ from sqlalchemy import (
     select,
     true,
     tuple_,
+    type_coerce,
     union_all,
     update,
 )
@@ -50,18 +52,8 @@ from relay.filters import EventFilter, like_pattern
 from relay.records import Status
 from relay.schema import audit, outbox, outbox_progress
 
-#: The columns a claim returns: what the publisher needs and the fence, in the order of
-#: ``ClaimedEvent``'s fields, so a claimed row is ``ClaimedEvent(*row)``.
-CLAIM_COLUMNS = (
-    outbox.c.id,
-    outbox.c.event_type,
-    outbox.c.payload,
-    outbox.c.headers,
-    outbox.c.ordering_key,
-    outbox.c.attempt,
-    outbox.c.created_at,
-    outbox.c.seq,
-)
+#: The JSON columns a claim returns as text (see :meth:`Dialect.claim_columns`).
+CLAIM_JSON = frozenset({"payload", "headers"})
 
 #: What an operator sees of a row in a list (not the payload: `relay failed list` is a table).
 EVENT_COLUMNS = (
@@ -142,6 +134,29 @@ class Dialect:
         raise NotImplementedError
 
     # -- claim -------------------------------------------------------------------------------
+    def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """A JSON ``column`` as the text the database stores, bypassing SQLAlchemy's JSON
+        result processing: the store decodes it (SQLite and MySQL hand JSON over as text)."""
+        return type_coerce(column, Text)
+
+    def claim_columns(self) -> tuple[ColumnElement[Any], ...]:
+        """The columns a claim returns: what the publisher needs and the fence, in the order
+        of ``ClaimedEvent``'s fields (``ClaimedEvent.from_claim``); payload and headers as
+        JSON text (:meth:`json_text`), which the store decodes in one pass over the batch."""
+        return tuple(
+            self.json_text(column).label(column.name) if column.name in CLAIM_JSON else column
+            for column in (
+                outbox.c.id,
+                outbox.c.event_type,
+                outbox.c.payload,
+                outbox.c.headers,
+                outbox.c.ordering_key,
+                outbox.c.attempt,
+                outbox.c.created_at,
+                outbox.c.seq,
+            )
+        )
+
     def due(self) -> ColumnElement[bool]:
         """Unfinished rows a worker may take now: due pending rows and expired leases."""
         return and_(

@@ -42,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
-from relay.dialects.base import CLAIM_COLUMNS, SENT, Dialect, cached
+from relay.dialects.base import SENT, Dialect, cached
 from relay.schema import outbox, outbox_progress, outbox_sequence
 from relay.timestamps import UtcDateTime, utc_now
 
@@ -95,7 +95,8 @@ class MySQLDialect(Dialect):
     @cached
     def claimed_statement(self) -> Select[Any]:
         """The leased rows as the claim returns them; bind ``ids``."""
-        return select(*CLAIM_COLUMNS).where(outbox.c.id.in_(bindparam("ids", expanding=True)))
+        ids: Any = bindparam("ids", expanding=True)
+        return select(*self.claim_columns()).where(outbox.c.id.in_(ids))
 
     def claim_unordered(
         self, conn: Connection, *, worker: str, limit: int, lease_seconds: float

@@ -23,7 +23,7 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.dialects.base import _PLACE, CLAIM_COLUMNS, PROCESSING, Dialect, cached
+from relay.dialects.base import _PLACE, PROCESSING, Dialect, cached
 from relay.schema import outbox, outbox_progress, outbox_sequence
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
@@ -46,6 +46,12 @@ class PostgresDialect(Dialect):
     def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
         """``extract(epoch from now() - column)``."""
         return sa.cast(func.extract("epoch", func.now() - column), sa.Float)
+
+    def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """``CAST(column AS TEXT)``: psycopg reads text in C, where its jsonb loader calls
+        back into Python for every value (a claimed row read in 10 µs of CPU instead of 1.5,
+        before the store decodes the two texts in about 3)."""
+        return sa.cast(column, sa.Text)
 
     def fence_params(self, keys: Sequence[tuple[int, int]]) -> dict[str, Any]:
         """Two parallel arrays, unnested into a keyed join by :meth:`_fence_many`."""
@@ -88,7 +94,7 @@ class PostgresDialect(Dialect):
             sa_update(outbox)
             .where(outbox.c.id == sa.any_(func.array(picked)))
             .values(**self.lease_values(worker, lease_seconds))
-            .returning(*CLAIM_COLUMNS)
+            .returning(*self.claim_columns())
         )
 
     def claim_unordered(
@@ -104,7 +110,7 @@ class PostgresDialect(Dialect):
             sa_update(outbox)
             .where(outbox.c.id == sa.any_(_IDS))
             .values(**self.lease_values(worker, lease_seconds))
-            .returning(*CLAIM_COLUMNS)
+            .returning(*self.claim_columns())
         )
 
     def lease_ids(

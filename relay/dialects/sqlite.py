@@ -34,7 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.dialects.base import CLAIM_COLUMNS, Dialect, cached
+from relay.dialects.base import Dialect, cached
 from relay.schema import outbox, outbox_progress, outbox_sequence
 from relay.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
@@ -76,7 +76,7 @@ class SQLiteDialect(Dialect):
             update(outbox)
             .where(outbox.c.id.in_(picked))
             .values(**self.lease_values(worker, lease_seconds))
-            .returning(*CLAIM_COLUMNS)
+            .returning(*self.claim_columns())
         )
 
     def claim_unordered(
@@ -96,7 +96,7 @@ class SQLiteDialect(Dialect):
             update(outbox)
             .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
             .values(**self.lease_values(worker, lease_seconds))
-            .returning(*CLAIM_COLUMNS)
+            .returning(*self.claim_columns())
         )
 
     def lease_ids(

@@ -42,6 +42,8 @@ NOT_STATEMENTS = {
     "due",
     "lock",
     "claim_unordered",
+    "claim_columns",
+    "json_text",
     "lease_ids",
     "next_seq",
     "run_params",

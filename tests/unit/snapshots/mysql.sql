@@ -25,7 +25,7 @@ UPDATE outbox_sequence SET last_seq=last_insert_id(outbox_sequence.last_seq + %s
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
 -- claimed_statement: The leased rows as the claim returns them; bind ``ids``.
-SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq
 FROM outbox
 WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 

@@ -25,7 +25,7 @@ UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT outbox.id
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
- LIMIT ? OFFSET ?) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
+ LIMIT ? OFFSET ?) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq;
 
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
@@ -87,7 +87,7 @@ FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
-UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload, headers, ordering_key, attempt, created_at, seq;
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq;
 
 -- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
 SELECT outbox.locked_by, count(*) AS rows, sum(CASE WHEN (outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) THEN ? ELSE ? END) AS expired, min(outbox.locked_until) AS first_expiry, max(outbox.locked_until) AS last_expiry
