@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--only SECTION ...]``: run, save JSON, write the report.
+"""``python -m bench [--quick] [--only SECTION ...] [--reps N]``: run, save JSON, write the report.
 
 Every section is one function of the plan returning a JSON-able dict, saved as
 ``bench/results/<section>.json``; the report is rebuilt from all saved sections afterwards
@@ -219,6 +219,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--docs", type=Path, help="where the report goes (default by mode)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from JSON")
     p.add_argument(
+        "--reps",
+        type=int,
+        metavar="N",
+        help="repetitions of each measurement that takes the common count (default 3, quick 1)",
+    )
+    p.add_argument(
         "--baseline",
         action="append",
         default=[],
@@ -238,6 +244,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     plan = replace(QUICK if args.quick else FULL, baselines=args.baseline, variants=args.variant)
+    if args.reps is not None:
+        if args.reps < 1:
+            raise SystemExit("python -m bench: --reps must be 1 or more")
+        plan = replace(plan, reps=args.reps)
     results = args.results or (QUICK_RESULTS if args.quick else RESULTS)
     docs = args.docs or (results / "benchmarks.md" if args.quick else ROOT / "docs/benchmarks.md")
     results.mkdir(parents=True, exist_ok=True)

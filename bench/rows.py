@@ -86,12 +86,28 @@ def insert_rows(engine: sa.Engine, count: int, *, status: str, chunk: int = 500_
         done += n
 
 
-def unfinished(engine: sa.Engine) -> int:
+def unfinished(bind: sa.Engine | sa.Connection) -> int:
     """Rows still pending or processing (counted through the partial index: literal statuses,
-    so that a generic plan still matches the index's predicate)."""
-    with engine.connect() as conn:
-        query = "SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')"
-        return int(conn.execute(sa.text(query)).scalar_one())
+    so that a generic plan still matches the index's predicate). On a connection, each count
+    is its own transaction, so the next one sees the workers' commits."""
+    query = sa.text("SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')")
+    if isinstance(bind, sa.Connection):
+        try:
+            return int(bind.execute(query).scalar_one())
+        finally:
+            bind.rollback()
+    with bind.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def backend_pid(conn: sa.Connection) -> int | None:
+    """The server process of ``conn`` on PostgreSQL (None elsewhere)."""
+    if conn.dialect.name != "postgresql":
+        return None
+    try:
+        return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+    finally:
+        conn.rollback()
 
 
 def clear(engine: sa.Engine) -> None:

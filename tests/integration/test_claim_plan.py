@@ -70,6 +70,43 @@ def test_claim_updates_through_the_primary_key_on_a_young_table(pg_url: str) -> 
         engine.dispose()
 
 
+def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url: str) -> None:
+    """A young table nobody has analyzed, midway through a drain: the fenced statements that
+    record a batch (mark sent, renew, release, held) reach their rows by primary key. Read
+    through ix_outbox_unsent, a bitmap scan visited every processing entry the index held, dead
+    versions of rows sent long ago included, so each batch cost more than the last."""
+    from relay.store import Store
+
+    store = Store.from_url(pg_url)
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO outbox (event_type, payload) "
+                    "SELECT 'new', '{}'::jsonb FROM generate_series(1, 20000)"
+                )
+            )
+        batch = store.claim("w", 1000, 30)
+        for _ in range(8):
+            _, batch = store.complete_and_claim("w", sent=batch, limit=1000, lease_seconds=30)
+        dialect = PostgresDialect()
+        params = {
+            **dialect.fence_params([(e.id, e.attempt) for e in batch]),
+            "lease_seconds": 30.0,
+            "delay": 0.0,
+            "error": "e",
+        }
+        for name in ("mark_sent", "renew", "release", "held"):
+            stmt = getattr(dialect, name)("w")
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                plan = _generic_plan(store.engine, stmt, params, mode=mode)
+                assert "ix_outbox_unsent" not in plan, (name, mode, plan)
+                assert "Seq Scan" not in plan, (name, mode, plan)
+                assert "pk_outbox" in plan, (name, mode, plan)
+    finally:
+        store.engine.dispose()
+
+
 def _generic_plan(
     engine: sa.Engine,
     stmt: Any,

@@ -85,8 +85,12 @@ WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox
 
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
-FROM outbox, unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt)
-WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+FROM outbox
+WHERE outbox.id = ANY (array((SELECT o.id
+FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
 -- lease_statement: Lease the rows bound as ``ids`` (locked by this transaction), returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;
@@ -103,7 +107,11 @@ WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND ou
  LIMIT %(param_2)s::INTEGER;
 
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
-UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() WHERE outbox.id = ANY (array((SELECT o.id
+FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
 -- matching: The rows an operator's filter selects (``relay.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
@@ -134,10 +142,18 @@ DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') 
 INSERT INTO relay_audit (id, at, actor, role, via, action, status, selector, matched, changed) VALUES (%(id)s::BIGINT, %(at)s::TIMESTAMP WITH TIME ZONE, %(actor)s::VARCHAR, %(role)s::VARCHAR, %(via)s::VARCHAR, %(action)s::VARCHAR, %(status)s::VARCHAR, %(selector)s::JSON, %(matched)s::INTEGER, %(changed)s::INTEGER);
 
 -- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
-UPDATE outbox SET status='pending', attempt=(outbox.attempt - %(attempt_1)s::INTEGER), next_retry_at=(now() + %(delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(error)s::VARCHAR, updated_at=now() FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+UPDATE outbox SET status='pending', attempt=(outbox.attempt - %(attempt_1)s::INTEGER), next_retry_at=(now() + %(delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(error)s::VARCHAR, updated_at=now() WHERE outbox.id = ANY (array((SELECT o.id
+FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
 -- renew: Extend the lease of rows still held; bind ``keys`` and ``lease_seconds``.
-UPDATE outbox SET locked_until=(now() + %(lease_seconds)s * interval '1 second') FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) WHERE outbox.id = ANY (%(ids)s::BIGINT[]) AND outbox.id = k.id AND outbox.attempt = k.attempt AND outbox.status = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR;
+UPDATE outbox SET locked_until=(now() + %(lease_seconds)s * interval '1 second') WHERE outbox.id = ANY (array((SELECT o.id
+FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
 -- reschedule: Failed rows with attempts left go back to pending after a per-row delay (executemany:
 UPDATE outbox SET status='pending', next_retry_at=(now() + %(b_delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
