@@ -63,7 +63,7 @@ class PostgresDialect(Dialect):
         # planner read ``status = 'processing'`` through ix_outbox_unsent instead: a bitmap scan
         # of every processing entry the index holds, dead versions included (nothing prunes
         # them before VACUUM), so each batch's outcome cost more than the last (a 60,000-row
-        # drain: 115 µs of PostgreSQL CPU a row instead of about 30). Each pair is now one
+        # drain: 115-140 µs of PostgreSQL CPU a row instead of about 30). Each pair is now one
         # LATERAL probe by primary key, its status test written so that no index on status can
         # serve it, and the rows are updated by id; ``locked_by`` is checked again on the row
         # the statement updates, so a row another worker reclaimed meanwhile is left alone.
