@@ -72,7 +72,9 @@ class Batch:
 
     events: list[ClaimedEvent]
     keeper: LeaseKeeper
-    #: The dispatcher's clock when the batch was claimed.
+    #: The dispatcher's clock just before the statement that leased (or last renewed) the
+    #: batch: the lease cannot have started earlier, so the batch's age is never under-counted,
+    #: even when the worker was paused between that commit and this object being built.
     claimed_at: float
 
     def close(self) -> None:
@@ -283,16 +285,17 @@ class Dispatcher:
     def _claim(self, limit: int) -> Batch | None:
         if not self.breaker.allows(self.clock()):
             return None
-        started = time.perf_counter()
+        started, since = time.perf_counter(), self.clock()
         events = self.store.claim(self.worker_id, limit, self.settings.lease_seconds)
         self.observer.claimed(events, time.perf_counter() - started)
-        return self._hold(events)
+        return self._hold(events, since)
 
-    def _hold(self, events: list[ClaimedEvent]) -> Batch | None:
+    def _hold(self, events: list[ClaimedEvent], since: float) -> Batch | None:
+        """Start renewing the lease of ``events``, leased by a statement begun at ``since``."""
         if not events:
             return None
         keeper = LeaseKeeper(self.store, self.worker_id, events, self.settings.lease_seconds)
-        return Batch(events, keeper.start(), self.clock())
+        return Batch(events, keeper.start(), since)
 
     def _still_held(self, batch: Batch, report: Report) -> Batch | None:
         """A batch that waited half a lease or more (its worker was paused, say) may have been
@@ -304,6 +307,7 @@ class Dispatcher:
         if waited < self.settings.lease_seconds * timing.RECHECK_SHARE_OF_LEASE:
             return batch
         s = self.settings
+        renewed_at = self.clock()
         if self.store.renew(self.worker_id, batch.events, s.lease_seconds) == len(batch.events):
             return batch
         kept = self.store.still_held(self.worker_id, batch.events)
@@ -327,7 +331,7 @@ class Dispatcher:
         if not kept:
             batch.close()
             return None
-        return Batch(kept, batch.keeper, self.clock())
+        return Batch(kept, batch.keeper, renewed_at)
 
     def _publish(self, batch: Batch) -> _Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
@@ -369,7 +373,7 @@ class Dispatcher:
         if outcome is None and not next_limit:
             return None
         try:
-            started = time.perf_counter()
+            started, since = time.perf_counter(), self.clock()
             done, events = self._retrying(lambda: self._complete(outcome, next_limit))
             if next_limit:
                 self.observer.claimed(events, time.perf_counter() - started)
@@ -378,7 +382,7 @@ class Dispatcher:
         finally:
             if outcome is not None:
                 outcome.batch.close()
-        return self._hold(events)
+        return self._hold(events, since)
 
     def _complete(
         self, outcome: _Outcome | None, next_limit: int

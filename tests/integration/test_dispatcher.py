@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
@@ -260,6 +261,34 @@ def test_no_lease_keeper_outlives_a_drain(
     assert dispatcher.drain().sent == settings.batch_size * 3
     dispatcher.close()
     assert [t.name for t in set(threading.enumerate()) - before] == []
+
+
+def test_a_pause_right_after_the_claim_committed_still_ages_the_batch(
+    store: Store, engine: sa.Engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's age runs from before the statement that leased it: a worker paused between
+    the claim's commit and noting the time (a CI run once caught one there: a third batch of
+    duplicates) still re-checks the batch before publishing it."""
+    from relay.dispatcher import Report
+
+    clock = [0.0]
+    claim = store.claim
+
+    def claim_then_pause(*args: Any, **kwargs: Any) -> list[Any]:
+        events = claim(*args, **kwargs)
+        clock[0] += settings.lease_seconds  # SIGSTOP just after the commit
+        return events
+
+    monkeypatch.setattr(store, "claim", claim_then_pause)
+    dispatcher = Dispatcher(store, InMemoryPublisher(), settings, clock=lambda: clock[0])
+    enqueue_many(engine, 10)
+    held = dispatcher._claim(10)
+    assert held is not None
+    expire_leases(engine)
+    Store(engine).claim("thief", 10, lease_seconds=60)
+    report = Report()
+    assert dispatcher._still_held(held, report) is None, "published rows another worker took"
+    assert report.lost == 10
 
 
 def test_a_batch_that_waited_past_its_lease_publishes_only_rows_still_held(
