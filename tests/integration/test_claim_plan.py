@@ -25,12 +25,7 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
                     "FROM generate_series(1, 200000)"
                 )
             )
-            conn.execute(
-                sa.text(
-                    "INSERT INTO outbox (event_type, payload) "
-                    "SELECT 'new', '{}'::jsonb FROM generate_series(1, 50)"
-                )
-            )
+            _insert_pending(conn, 50)
             conn.execute(sa.text("ANALYZE outbox"))
         dialect = PostgresDialect()
         plan = _generic_plan(
@@ -54,12 +49,7 @@ def test_claim_updates_through_the_primary_key_on_a_young_table(pg_url: str) -> 
     engine = create_engine(pg_url)
     try:
         with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO outbox (event_type, payload) "
-                    "SELECT 'new', '{}'::jsonb FROM generate_series(1, 20000)"
-                )
-            )
+            _insert_pending(conn, 20000)
             conn.execute(sa.text("ANALYZE outbox"))
         stmt = PostgresDialect().claim_statement(worker="w", limit=1000, lease_seconds=30)
         for mode in ("force_custom_plan", "force_generic_plan"):
@@ -80,12 +70,7 @@ def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url
     store = Store.from_url(pg_url)
     try:
         with store.engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO outbox (event_type, payload) "
-                    "SELECT 'new', '{}'::jsonb FROM generate_series(1, 20000)"
-                )
-            )
+            _insert_pending(conn, 20000)
         batch = store.claim("w", 1000, 30)
         for _ in range(8):
             _, batch = store.complete_and_claim("w", sent=batch, limit=1000, lease_seconds=30)
@@ -105,6 +90,17 @@ def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url
                 assert "pk_outbox" in plan, (name, mode, plan)
     finally:
         store.engine.dispose()
+
+
+def _insert_pending(conn: sa.Connection, count: int) -> None:
+    """``count`` pending unordered rows, written in one statement."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO outbox (event_type, payload) "
+            "SELECT 'new', '{}'::jsonb FROM generate_series(1, :count)"
+        ),
+        {"count": count},
+    )
 
 
 def _generic_plan(
