@@ -298,8 +298,10 @@ def history(data: dict[str, Any]) -> str:
         ]
         for size in sorted(sizes, key=int)
     ]
+    # Results saved before migration 0009 name no index: theirs was ix_outbox_claimable.
+    index = next((s["explain"].get("index") for s in sizes.values()), None)
     header = ["sent rows in the table", "relay rows/s", "claim + mark (no broker) rows/s"]
-    return table([*header, "claim uses ix_outbox_claimable"], rows)
+    return table([*header, f"claim uses {index or 'ix_outbox_claimable'}"], rows)
 
 
 #: The renderers the template calls, by name.

@@ -8,6 +8,7 @@ import os
 import platform
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -41,9 +42,10 @@ def loadavg() -> list[float]:
 
 
 @contextlib.contextmanager
-def database(label: str, kind: str = "postgresql") -> Iterator[str]:
+def database(label: str, kind: str = "postgresql", source: str | None = None) -> Iterator[str]:
     """A fresh database ``relay_bench_<label>_<nonce>`` of ``kind`` (postgresql, mariadb or
-    sqlite) migrated to head; dropped at exit."""
+    sqlite) migrated to head (of the ``relay`` package under ``source``, when given: another
+    revision's chain); dropped at exit."""
     name = f"relay_bench_{label}_{uuid.uuid4().hex[:8]}"
     if kind == "sqlite":
         root = tempfile.mkdtemp(prefix="relay-bench-")
@@ -62,7 +64,12 @@ def database(label: str, kind: str = "postgresql") -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
         url = sa.make_url(ADMIN_URLS[kind]).set(database=name).render_as_string(False)
-        migrate.upgrade(url)
+        if source is None:
+            migrate.upgrade(url)
+        else:
+            code = "import sys; from relay import migrate; migrate.upgrade(sys.argv[1])"
+            env = {**os.environ, "PYTHONPATH": source}
+            subprocess.run([sys.executable, "-c", code, url], env=env, check=True)
         yield url
     finally:
         with admin.connect() as conn:

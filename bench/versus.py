@@ -7,7 +7,8 @@ read from the growth of a bound queue's depth while no consumer runs.
 - The relay: as many ``relay dispatch --loop`` at the defaults (idle poll 50 ms); the clock
   starts at the commit of ``events`` pending rows.
 - Optional baselines: ``relay dispatch --loop`` from another git revision's source
-  (``git archive`` into a temporary folder, first on ``PYTHONPATH``), same database.
+  (``git archive`` into a temporary folder, first on ``PYTHONPATH``), each on a database of
+  its own that its own migration chain created (so it reads the indexes it was written for).
 
 One connection polls the queue depth (passive ``queue_declare``) every 20 ms. ``rate`` is the
 growth from the first poll that saw messages to the one that saw all of them over the time
@@ -186,21 +187,28 @@ def run(
         stack.callback(engine.dispose)
         depth = _Depth(route)
         stack.callback(depth.close)
-        relays = {"relay": Workload([], procs.RELAY_READY, processes, None, url, route)}
+        relays = {"relay": (Workload([], procs.RELAY_READY, processes, None, url, route), engine)}
         for rev in baselines:
+            # Its own database, migrated by its own chain: its claim reads the indexes it made.
             path = stack.enter_context(_source_of(rev))
+            own = stack.enter_context(services.database("versus", source=path))
+            own_engine = sa.create_engine(own)
+            stack.callback(own_engine.dispose)
             runs[f"relay@{rev}"] = []
-            relays[f"relay@{rev}"] = Workload(
-                [], procs.RELAY_READY, processes, None, url, route, {"PYTHONPATH": path}
+            relays[f"relay@{rev}"] = (
+                Workload([], procs.RELAY_READY, processes, None, own, route, {"PYTHONPATH": path}),
+                own_engine,
             )
         for variant in variants:
             extra = dict(pair.split("=", 1) for pair in variant.split(","))
             runs[f"relay[{variant}]"] = []
-            relays[f"relay[{variant}]"] = Workload(
-                [], procs.RELAY_READY, processes, None, url, route, extra
+            relays[f"relay[{variant}]"] = (
+                Workload([], procs.RELAY_READY, processes, None, url, route, extra),
+                engine,
             )
         modes: list[str | None] = [None, *relays]  # None: raw Kombu
-        rows.clear(engine)
+        for _, mode_engine in relays.values():
+            rows.clear(mode_engine)
         route.purge()
         for rep in range(reps):
             # Each repetition starts with another mode, so none always runs first.
@@ -208,8 +216,9 @@ def run(
                 if name is None:
                     runs["raw_kombu"].append(_raw(route, depth, events, processes))
                 else:
-                    runs[name].append(_relay(relays[name], engine, depth, events))
-                    rows.clear(engine)
+                    work, mode_engine = relays[name]
+                    runs[name].append(_relay(work, mode_engine, depth, events))
+                    rows.clear(mode_engine)
                 _check(route, events)
     out: dict[str, Any] = {"events": events, "processes": processes, "window": WINDOW}
     raw = [r["rate"] for r in runs["raw_kombu"]]

@@ -52,9 +52,6 @@ IdType = BigInteger().with_variant(Integer(), "sqlite")
 Timestamp = UtcDateTime()
 
 STATUSES = ", ".join(f"'{s.value}'" for s in Status)
-UNFINISHED_SQL = "status IN ('pending', 'processing')"
-#: Rows the unordered claim walks: unfinished and without a sequence number.
-UNORDERED_UNFINISHED_SQL = f"{UNFINISHED_SQL} AND seq IS NULL"
 
 outbox = Table(
     "outbox",
@@ -101,15 +98,31 @@ def applies_to(item: SchemaItem, dialect_name: str) -> bool:
     return names is None or dialect_name in names
 
 
-#: Unordered claimable rows are found through an index over unfinished rows without a sequence
-#: number only, so a claim costs the same however many sent rows, or rows of a busy key waiting
-#: their turn, the table holds.
+#: The unordered claim reads two indexes, each over the rows of one status without a sequence
+#: number, so a claim costs the same however many sent rows, rows of a busy key waiting their
+#: turn, or rows other workers hold the table has. Pending rows, oldest first:
+PENDING_UNORDERED_SQL = "status = 'pending' AND seq IS NULL"
 only_on(
     Index(
-        "ix_outbox_claimable",
+        "ix_outbox_pending",
         outbox.c.id,
-        postgresql_where=text(UNORDERED_UNFINISHED_SQL),
-        sqlite_where=text(UNORDERED_UNFINISHED_SQL),
+        postgresql_where=text(PENDING_UNORDERED_SQL),
+        sqlite_where=text(PENDING_UNORDERED_SQL),
+    ),
+    *PARTIAL_INDEX_DIALECTS,
+)
+
+#: Leased rows by the end of their lease (only a processing row has one): the claim finds the
+#: expired ones here without walking past the leases still running (one index over both
+#: statuses made every claim walk the rows in flight, up to workers x 2 batches, before it
+#: reached a pending one).
+LEASED_UNORDERED_SQL = "locked_until IS NOT NULL AND seq IS NULL"
+only_on(
+    Index(
+        "ix_outbox_leases",
+        outbox.c.locked_until,
+        postgresql_where=text(LEASED_UNORDERED_SQL),
+        sqlite_where=text(LEASED_UNORDERED_SQL),
     ),
     *PARTIAL_INDEX_DIALECTS,
 )

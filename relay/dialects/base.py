@@ -50,7 +50,7 @@ from sqlalchemy import (
 
 from relay.filters import EventFilter, like_pattern
 from relay.records import Status
-from relay.schema import audit, outbox, outbox_progress
+from relay.schema import PARTIAL_INDEX_DIALECTS, audit, outbox, outbox_progress
 
 #: The JSON columns a claim returns as text (see :meth:`Dialect.claim_columns`).
 CLAIM_JSON = frozenset({"payload", "headers"})
@@ -164,10 +164,6 @@ class Dialect:
             or_(self.pending_due(), self.lease_expired()),
         )
 
-    def claimable(self) -> ColumnElement[bool]:
-        """Unordered rows (no sequence number) a worker may claim now."""
-        return and_(outbox.c.seq.is_(None), self.due())
-
     def pending_due(self) -> ColumnElement[bool]:
         """Pending rows whose ``next_retry_at`` has passed (or was never set)."""
         return and_(
@@ -182,6 +178,41 @@ class Dialect:
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """``stmt`` taking row locks on ``outbox`` and skipping rows others hold."""
         return stmt.with_for_update(skip_locked=True, of=outbox)
+
+    def expired_unordered(self) -> ColumnElement[bool]:
+        """Leases that ran out, in the form the lane of expired leases reads them.
+
+        Where indexes can be partial, ``ix_outbox_leases`` covers the rows whose lease is set
+        (``locked_until IS NOT NULL``, which ``locked_until < now()`` implies); the status test
+        is written so that no index on status can serve it. As ``status = 'processing'`` the
+        planner may read it through ``ix_outbox_unsent``: every row in flight, the walk that
+        the lane exists to avoid."""
+        if self.name not in PARTIAL_INDEX_DIALECTS:
+            return self.lease_expired()
+        return and_(
+            func.coalesce(outbox.c.status, "") == PROCESSING,
+            outbox.c.locked_until < self.now(),
+        )
+
+    def unordered_ids(self, limit: int, *, locked: bool = True) -> CompoundSelect[Any]:
+        """The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
+        not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases, the
+        earliest expired first, and due pending rows, oldest first. Each reads an index over its
+        own status in that index's order (``ix_outbox_leases``, ``ix_outbox_pending``), so the
+        claim never walks past the leases still running nor sorts more than it takes. Rows a
+        lane locked but the merge left out stay locked only until the claim commits; the lane
+        of expired leases is empty in normal operation."""
+        lanes = []
+        for due, order in (
+            (self.expired_unordered(), (outbox.c.locked_until, outbox.c.id)),
+            (self.pending_due(), (outbox.c.id,)),
+        ):
+            lane = select(outbox.c.id).where(outbox.c.seq.is_(None), due)
+            lane = lane.order_by(*order).limit(limit)
+            rows = (self.lock(lane) if locked else lane).subquery()
+            lanes.append(select(rows.c.id))
+        merged = union_all(*lanes)
+        return merged.order_by(merged.selected_columns.id).limit(limit)
 
     @cached
     def heads_statement(self, limit: int) -> Select[Any]:
@@ -524,7 +555,7 @@ class Dialect:
     def backlog(self, limit: int) -> Select[Any]:
         """How many unordered rows and heads of keys are claimable now, counting each no
         further than ``limit`` (bounded scans)."""
-        unordered = select(outbox.c.id).where(self.claimable()).limit(limit).subquery()
+        unordered = self.unordered_ids(limit, locked=False).subquery()
         heads = (
             select(outbox.c.id)
             .select_from(

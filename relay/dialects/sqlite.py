@@ -27,7 +27,6 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
-    select,
     type_coerce,
     update,
 )
@@ -64,14 +63,8 @@ class SQLiteDialect(Dialect):
 
     @cached
     def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
-        """Lease the oldest claimable rows picked by a sub-select, returning them."""
-        picked = (
-            select(outbox.c.id)
-            .where(self.claimable())
-            .order_by(outbox.c.id)
-            .limit(limit)
-            .scalar_subquery()
-        )
+        """Lease the claimable rows :meth:`unordered_ids` picks, returning them."""
+        picked = self.unordered_ids(limit).scalar_subquery()
         return (
             update(outbox)
             .where(outbox.c.id.in_(picked))

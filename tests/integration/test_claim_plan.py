@@ -12,9 +12,9 @@ from relay.engine import create_engine
 
 def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: str) -> None:
     """With 200k rows sent two days ago and a few pending ones, the claim reads
-    ix_outbox_claimable, also when the server uses a generic plan (as psycopg's prepared
-    statements lead it to); the console's last hour and the ordered probe read their (partial)
-    indexes."""
+    ix_outbox_pending and ix_outbox_leases, also when the server uses a generic plan (as
+    psycopg's prepared statements lead it to); the console's last hour and the ordered probe
+    read their (partial) indexes."""
     engine = create_engine(pg_url)
     try:
         with engine.begin() as conn:
@@ -31,8 +31,9 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
         plan = _generic_plan(
             engine, dialect.claim_statement(worker="w", limit=10, lease_seconds=30)
         )
-        assert "ix_outbox_claimable" in plan, plan
-        assert "Seq Scan on outbox" not in plan.split("SubPlan")[0], plan
+        assert "ix_outbox_pending" in plan, plan
+        assert "ix_outbox_leases" in plan, plan
+        assert "Seq Scan on outbox" not in plan, plan
         # The partial indexes (0008) still serve the queries that need them.
         plan = _generic_plan(engine, dialect.sent_per_minute())
         assert "ix_outbox_sent_at" in plan, plan
@@ -90,6 +91,40 @@ def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url
                 assert "pk_outbox" in plan, (name, mode, plan)
     finally:
         store.engine.dispose()
+
+
+def test_a_claim_skips_the_leases_still_running_without_reading_them(pg_url: str) -> None:
+    """Midway through a drain by several workers, thousands of rows are leased and their
+    leases run: the next claim reads the pending rows it takes, not the leased rows in front
+    of them (one index over both statuses made every claim read each of those from the
+    table to see that its lease still ran)."""
+    from relay.store import Store
+
+    store = Store.from_url(pg_url)
+    try:
+        with store.engine.begin() as conn:
+            _insert_pending(conn, 12000)
+        for n in range(8):  # 4 workers x 2 batches in flight
+            assert len(store.claim(f"w{n % 4}", 1000, 30)) == 1000
+        stmt = PostgresDialect().claim_statement(worker="w", limit=1000, lease_seconds=30)
+        compiled = stmt.compile(dialect=store.engine.dialect)
+        with store.engine.connect() as conn, conn.begin():
+            explain = f"EXPLAIN (ANALYZE, BUFFERS) {compiled.string}"
+            plan = [row[0] for row in conn.exec_driver_sql(explain, compiled.params)]
+            conn.rollback()
+        text = "\n".join(plan)
+        removed = sum(int(line.split(":")[1]) for line in plan if "Rows Removed by" in line)
+        assert removed == 0, text
+        assert "ix_outbox_leases" in text, text
+        assert _pending_scan_rows(plan) == 1000, text
+    finally:
+        store.engine.dispose()
+
+
+def _pending_scan_rows(plan: list[str]) -> int:
+    """The rows the scan of ix_outbox_pending returned (its ``actual … rows=N``)."""
+    line = next(line for line in plan if "Index Scan using ix_outbox_pending" in line)
+    return int(line.split("actual")[1].split("rows=")[1].split()[0])
 
 
 def _insert_pending(conn: sa.Connection, count: int) -> None:

@@ -120,5 +120,6 @@ def test_claim_reads_only_unfinished_rows_through_an_index(history_engine: sa.En
                 tuple(compiled.params[name] for name in compiled.positiontup or ()),
             ).all()
             text = "\n".join(str(step[-1]) for step in plan)
-            assert "ix_outbox_claimable" in text, text
+            assert "ix_outbox_pending" in text, text
+            assert "ix_outbox_leases" in text, text
             assert "SCAN outbox\n" not in text + "\n", text

@@ -131,6 +131,42 @@ def test_key_and_sent_indexes_cover_only_rows_with_a_value(
         engine.dispose()
 
 
+def test_the_claim_reads_one_index_per_status(empty_url: str) -> None:
+    """0009 replaces ix_outbox_claimable (pending and processing rows in id order) with one
+    index of pending rows and one of leases by their end, and 0008 gets the old one back; the
+    two indexes an operator built beforehand (CONCURRENTLY) are kept, not rebuilt."""
+    if empty_url.startswith(("mysql", "mariadb")):
+        pytest.skip("MySQL/MariaDB have no partial index: ix_outbox_status_seq_id serves both")
+    engine = create_engine(empty_url)
+    indexes = {
+        "ix_outbox_pending": "(id) WHERE status = 'pending' AND seq IS NULL",
+        "ix_outbox_leases": "(locked_until) WHERE locked_until IS NOT NULL AND seq IS NULL",
+    }
+
+    def names() -> set[str]:
+        return {i["name"] for i in sa.inspect(engine).get_indexes("outbox")}
+
+    try:
+        migrate.upgrade(empty_url)
+        assert set(indexes) <= names()
+        assert "ix_outbox_claimable" not in names()
+        for name in indexes:
+            assert "SEQ IS NULL" in _index_sql(engine, name)[1].upper(), name
+        migrate.downgrade(empty_url, "0008")
+        assert not set(indexes) & names()
+        assert "ix_outbox_claimable" in names()
+        with engine.begin() as conn:
+            for name, definition in indexes.items():
+                conn.execute(sa.text(f"CREATE INDEX {name} ON outbox {definition}"))
+        before = {name: _index_sql(engine, name) for name in indexes}
+        migrate.upgrade(empty_url)
+        assert {name: _index_sql(engine, name) for name in indexes} == before
+        assert "ix_outbox_claimable" not in names()
+        migrate.check(empty_url)
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.parametrize(
     "url",
     ["postgresql://offline/relay", "mysql://offline/relay", "sqlite:///offline.sqlite3"],

@@ -9,14 +9,20 @@ WHERE relay_audit.id < %s ORDER BY relay_audit.id DESC
 
 -- backlog: How many unordered rows and heads of keys are claimable now, counting each no
 SELECT (SELECT count(*) AS count_1
+FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
+WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) ORDER BY outbox.locked_until, outbox.id
+ LIMIT %s) AS anon_3 UNION ALL SELECT anon_4.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+ LIMIT %s) AS anon_4 ORDER BY id
  LIMIT %s) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
- LIMIT %s) AS anon_3) AS anon_1;
+ LIMIT %s) AS anon_5) AS anon_1;
 
 -- bump_seq: ``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``.
 UPDATE outbox_sequence SET last_seq=last_insert_id(outbox_sequence.last_seq + %s) WHERE outbox_sequence.ordering_key = %s;
@@ -50,6 +56,9 @@ WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND ou
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6));
+
+-- expired_unordered: Leases that ran out, in the form the lane of expired leases reads them.
+outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6));
 
 -- failed_places: Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
 SELECT outbox.ordering_key, outbox.seq
@@ -119,7 +128,7 @@ WHERE outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1;
 -- pick_statement: ``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
 SELECT outbox.id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND outbox.seq IS NULL ORDER BY outbox.id
+WHERE outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND outbox.seq IS NULL ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED;
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
@@ -176,3 +185,15 @@ INSERT IGNORE INTO outbox_progress (ordering_key, sent_seq) VALUES (%s, %s);
 
 -- take_seq: ``INSERT … VALUES (key, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq =
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, last_insert_id(%s)) ON DUPLICATE KEY UPDATE last_seq = last_insert_id(outbox_sequence.last_seq + %s);
+
+-- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
+SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) ORDER BY outbox.locked_until, outbox.id
+ LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+ LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_2 ORDER BY id
+ LIMIT %s;

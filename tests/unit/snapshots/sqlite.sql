@@ -9,22 +9,34 @@ WHERE relay_audit.id < ? ORDER BY relay_audit.id DESC
 
 -- backlog: How many unordered rows and heads of keys are claimable now, counting each no
 SELECT (SELECT count(*) AS count_1
+FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
+ LIMIT ? OFFSET ?) AS anon_3 UNION ALL SELECT anon_4.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_4 ORDER BY id
  LIMIT ? OFFSET ?) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
- LIMIT ? OFFSET ?) AS anon_3) AS anon_1;
+ LIMIT ? OFFSET ?) AS anon_5) AS anon_1;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
--- claim_statement: Lease the oldest claimable rows picked by a sub-select, returning them.
-UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT outbox.id
+-- claim_statement: Lease the claimable rows :meth:`unordered_ids` picks, returning them.
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT anon_1.id
+FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
+ LIMIT ? OFFSET ?) AS anon_1 UNION ALL SELECT anon_2.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
  LIMIT ? OFFSET ?) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq;
 
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
@@ -48,6 +60,9 @@ WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND ou
 SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'));
+
+-- expired_unordered: Leases that ran out, in the form the lane of expired leases reads them.
+coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'));
 
 -- failed_places: Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
 SELECT outbox.ordering_key, outbox.seq
@@ -164,3 +179,15 @@ INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (?, ?) ON CONFLICT (
 
 -- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + ?) RETURNING last_seq;
+
+-- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
+SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
+ LIMIT ? OFFSET ?) AS anon_1 UNION ALL SELECT anon_2.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
+ LIMIT ? OFFSET ?;
