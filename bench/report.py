@@ -256,12 +256,19 @@ def ordering_producers(data: dict[str, Any]) -> str:
     return table(header, rows)
 
 
+#: The fixed modes of ``bench/versus.py``, as the table names them.
+LABELS = {
+    "raw_kombu": "raw Kombu, confirms per 1,000",
+    "relay_publisher": "the relay's publisher alone, no database",
+}
+
+
 def versus(data: dict[str, Any]) -> str:
     rows = []
     for name, r in data.items():
         if not isinstance(r, dict) or "median" not in r:
             continue
-        label = "raw Kombu, confirms per 1,000" if name == "raw_kombu" else f"`{name}`"
+        label = LABELS.get(name, f"`{name}`")
         vs = r.get("vs_raw")
         runs = ", ".join(f"{x:.2f}" for x in vs["runs"]) if vs else ""
         cpu = (

@@ -4,6 +4,11 @@ read from the growth of a bound queue's depth while no consumer runs.
 - Raw Kombu: ``processes`` publishers, each a Kombu channel in confirm mode publishing its
   share of the relay's messages (built before the clock) with confirms awaited per 1,000
   (:func:`bench.baselines.kombu_windowed`). The clock starts when all are told to go.
+- The relay's publisher alone (``relay_publisher``): as many processes, each publishing its
+  share of the same events (claimed before the clock, no database) through
+  :class:`relay.publishers.amqp.AmqpPublisher` in batches of 1,000, the relay's largest claim
+  at the defaults. It tells the publishing path's share of the relay's rate from the
+  database's.
 - The relay: as many ``relay dispatch --loop`` at the defaults (idle poll 50 ms); the clock
   starts at the commit of ``events`` pending rows.
 - Optional baselines: ``relay dispatch --loop`` from another git revision's source
@@ -123,9 +128,13 @@ def _watch(
     return {"rate": growth, "rate_from_start": events / (now - started), **cpu}
 
 
-def _raw(route: services.Route, depth: _Depth, events: int, processes: int) -> dict[str, float]:
+def _raw(
+    route: services.Route, depth: _Depth, events: int, processes: int, kind: str = "raw"
+) -> dict[str, float]:
+    """``processes`` publishers of ``kind`` (raw Kombu, or the relay's publisher), prepared
+    before the clock and told to go at once."""
     share = events // processes
-    argv = [sys.executable, "-m", "bench.versus", "raw", route.url, route.exchange_name]
+    argv = [sys.executable, "-m", "bench.versus", kind, route.url, route.exchange_name]
     with contextlib.ExitStack() as stack:
         running: list[subprocess.Popen[bytes]] = []
         for i in range(processes):
@@ -179,7 +188,7 @@ def run(
 
     ``variants`` are the checkout's relay with other settings, each ``KEY=VALUE[,KEY=VALUE]``
     (``RELAY_BATCH_SIZE=500``), measured as one more mode named ``relay[KEY=VALUE]``."""
-    runs: dict[str, list[dict[str, float]]] = {"raw_kombu": [], "relay": []}
+    runs: dict[str, list[dict[str, float]]] = {"raw_kombu": [], "relay_publisher": [], "relay": []}
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(services.database("versus"))
         route = stack.enter_context(services.route(amqp_url, "versus"))
@@ -206,7 +215,7 @@ def run(
                 Workload([], procs.RELAY_READY, processes, None, url, route, extra),
                 engine,
             )
-        modes: list[str | None] = [None, *relays]  # None: raw Kombu
+        modes: list[str | None] = [None, PUBLISHER, *relays]  # None: raw Kombu
         for _, mode_engine in relays.values():
             rows.clear(mode_engine)
         route.purge()
@@ -215,6 +224,8 @@ def run(
             for name in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
                 if name is None:
                     runs["raw_kombu"].append(_raw(route, depth, events, processes))
+                elif name == PUBLISHER:
+                    runs[name].append(_raw(route, depth, events, processes, PUBLISHER))
                 else:
                     work, mode_engine = relays[name]
                     runs[name].append(_relay(work, mode_engine, depth, events))
@@ -243,26 +254,54 @@ def _check(route: services.Route, events: int) -> None:
         raise RuntimeError(f"the queue held {held} messages, expected {events}")
 
 
+def _ready() -> None:
+    """Tell the harness this publisher is ready, and wait for its go (SIGUSR1)."""
+    print(procs.BENCH_READY, flush=True)
+    signal.sigwait({signal.SIGUSR1})
+
+
 def _raw_worker(url: str, exchange: str, count: int, offset: int) -> int:
     """One raw publisher: build the messages, connect, say ready, wait for SIGUSR1, publish,
     wait for SIGUSR1 again (its CPU is read while it lives)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     msgs = [message.build(rows.claimed(n)) for n in range(offset + 1, offset + count + 1)]
     route = services.Route(url, exchange, "")
-
-    def ready() -> None:
-        print(procs.BENCH_READY, flush=True)
-        signal.sigwait({signal.SIGUSR1})
-
-    baselines.kombu_windowed(route, msgs, WINDOW, before_clock=ready)
+    baselines.kombu_windowed(route, msgs, WINDOW, before_clock=_ready)
     signal.sigwait({signal.SIGUSR1})  # alive until the harness has read its CPU
     return 0
 
 
+def _publisher_worker(url: str, exchange: str, count: int, offset: int) -> int:
+    """The relay's publisher alone: the same events as claimed rows, published in batches of
+    ``WINDOW`` after the go, each batch's confirms awaited as the relay awaits them."""
+    from relay.publishers.amqp import AmqpPublisher
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    events = [rows.claimed(n) for n in range(offset + 1, offset + count + 1)]
+    publisher = AmqpPublisher(url, exchange)
+    try:
+        publisher.connect()
+        _ready()
+        for start in range(0, len(events), WINDOW):
+            batch = events[start : start + WINDOW]
+            result = publisher.publish(batch)
+            if len(result.confirmed) != len(batch):
+                raise RuntimeError(f"confirmed {len(result.confirmed)} of {len(batch)}")
+        signal.sigwait({signal.SIGUSR1})  # alive until the harness has read its CPU
+    finally:
+        publisher.close()
+    return 0
+
+
+#: The mode name of the relay's publisher alone.
+PUBLISHER = "relay_publisher"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["raw"]:
-        return _raw_worker(args[1], args[2], int(args[3]), int(args[4]))
+    workers = {"raw": _raw_worker, PUBLISHER: _publisher_worker}
+    if args[:1] and args[0] in workers:
+        return workers[args[0]](args[1], args[2], int(args[3]), int(args[4]))
     p = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__.split("\n")[0])
     p.add_argument("--events", type=int, default=20_000)
     p.add_argument("--processes", type=int, default=4)

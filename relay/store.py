@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from relay import dialects
-from relay.engine import create_engine, json_loads
+from relay.engine import create_engine, json_loads_many
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.filters import EventFilter
 from relay.records import Buried, ClaimedEvent, Released, Rescheduled, Status, StatusReport
@@ -100,7 +100,7 @@ class Store:
         self, conn: Connection, worker: str, limit: int, lease_seconds: float
     ) -> list[ClaimedEvent]:
         rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return sorted([ClaimedEvent.from_claim(row, json_loads) for row in rows], key=_by_id)
+        return sorted(ClaimedEvent.from_claims(rows, json_loads_many), key=_by_id)
 
     def _record(
         self,

@@ -141,7 +141,7 @@ class Dialect:
 
     def claim_columns(self) -> tuple[ColumnElement[Any], ...]:
         """The columns a claim returns: what the publisher needs and the fence, in the order
-        of ``ClaimedEvent``'s fields (``ClaimedEvent.from_claim``); payload and headers as
+        of ``ClaimedEvent``'s fields (``ClaimedEvent.from_claims``); payload and headers as
         JSON text (:meth:`json_text`), which the store decodes in one pass over the batch."""
         return tuple(
             self.json_text(column).label(column.name) if column.name in CLAIM_JSON else column

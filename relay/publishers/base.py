@@ -65,6 +65,13 @@ class KombuPublisher:
         self._conn, self._channel = conn, channel
         self._declared = set()
 
+    def connect(self) -> None:
+        """Open the connection now instead of at the first publish (a failure raises
+        :class:`~relay.exceptions.BrokerUnavailable`)."""
+        if self._conn is None:
+            with self._translated():
+                self._connect()
+
     def _declare_route(self, msg: message.OutgoingMessage) -> None:
         """Declare a Celery task's queue (and its exchange) once per connection, as
         ``app.send_task`` does before it publishes, so the first task is routable."""

@@ -129,6 +129,30 @@ def test_unreachable_broker_reports_unavailable_without_raising(exchange_name: s
     assert "s3cret-pw" not in str(result.error)
 
 
+def test_connect_opens_the_connection_before_any_publish(amqp_url: str, exchange_name: str) -> None:
+    """``connect()`` connects and declares the exchange at once (a passive declare finds it);
+    against a port nobody listens on it raises BrokerUnavailable, with the password
+    redacted."""
+    publisher = for_url(amqp_url, exchange_name)
+    assert isinstance(publisher, AmqpPublisher)
+    try:
+        publisher.connect()
+        with kombu.Connection(amqp_url) as conn:
+            kombu.Exchange(exchange_name, type="topic", durable=True)(conn.channel()).declare(
+                passive=True
+            )
+            kombu.Exchange(exchange_name)(conn.channel()).delete()
+    finally:
+        publisher.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    refused = AmqpPublisher(f"amqp://guest:s3cret-pw@127.0.0.1:{port}//", exchange_name)
+    with pytest.raises(BrokerUnavailable) as caught:
+        refused.connect()
+    assert "s3cret-pw" not in str(caught.value)
+
+
 def test_publisher_reconnects_after_the_connection_is_closed(
     amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:

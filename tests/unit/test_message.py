@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from relay import message
 from relay.records import ClaimedEvent
@@ -47,3 +49,35 @@ def test_a_claimed_row_is_read_in_the_fields_order() -> None:
     for name in ("postgresql", "mysql", "sqlite"):
         columns = for_name(name).claim_columns()
         assert [c.name for c in columns] == [f.name for f in fields(ClaimedEvent)], name
+
+
+#: JSON values as the outbox gives them back: what a JSON text decodes to.
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+def test_a_claimed_payload_is_encoded_to_the_same_bytes_as_any_body(value: object) -> None:
+    """The claimed payload's encoder (the C encoder built once) writes exactly the bytes of
+    encode_body (``json.JSONEncoder`` with the contract's options) for any JSON value."""
+    assert message.encode_claimed(value) == message.encode_body(value)
+    assert (
+        message.encode_claimed(value)
+        == json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    )
+
+
+def test_a_claimed_payload_is_refused_as_any_body_would_be() -> None:
+    """NaN and values JSON has no form for are refused by both encoders alike."""
+    for bad, error in (({"x": float("inf")}, ValueError), ({"x": {1, 2}}, TypeError)):
+        with pytest.raises(error):
+            message.encode_body(bad)
+        with pytest.raises(error):
+            message.encode_claimed(bad)
