@@ -92,6 +92,14 @@ def _listed_dialect(ddl: Any, target: Any, bind: Any, *_: Any, dialect: Dialect,
     return applies_to(target, dialect.name)
 
 
+def partial_index(name: str, *columns: Any, where: str) -> Index:
+    """An index over the rows ``where`` selects, on the databases that have partial indexes
+    (PostgreSQL, SQLite) only."""
+    rows = text(where)
+    index = Index(name, *columns, postgresql_where=rows, sqlite_where=rows)
+    return only_on(index, *PARTIAL_INDEX_DIALECTS)
+
+
 def applies_to(item: SchemaItem, dialect_name: str) -> bool:
     """Whether ``item`` exists on a database of ``dialect_name`` (see :func:`only_on`)."""
     names = getattr(item, "info", {}).get("dialects")
@@ -102,45 +110,20 @@ def applies_to(item: SchemaItem, dialect_name: str) -> bool:
 #: number, so a claim costs the same however many sent rows, rows of a busy key waiting their
 #: turn, or rows other workers hold the table has. Pending rows, oldest first:
 PENDING_UNORDERED_SQL = "status = 'pending' AND seq IS NULL"
-only_on(
-    Index(
-        "ix_outbox_pending",
-        outbox.c.id,
-        postgresql_where=text(PENDING_UNORDERED_SQL),
-        sqlite_where=text(PENDING_UNORDERED_SQL),
-    ),
-    *PARTIAL_INDEX_DIALECTS,
-)
+partial_index("ix_outbox_pending", outbox.c.id, where=PENDING_UNORDERED_SQL)
 
 #: Leased rows by the end of their lease (only a processing row has one): the claim finds the
 #: expired ones here without walking past the leases still running (one index over both
 #: statuses made every claim walk the rows in flight, up to workers x 2 batches, before it
 #: reached a pending one).
 LEASED_UNORDERED_SQL = "locked_until IS NOT NULL AND seq IS NULL"
-only_on(
-    Index(
-        "ix_outbox_leases",
-        outbox.c.locked_until,
-        postgresql_where=text(LEASED_UNORDERED_SQL),
-        sqlite_where=text(LEASED_UNORDERED_SQL),
-    ),
-    *PARTIAL_INDEX_DIALECTS,
-)
+partial_index("ix_outbox_leases", outbox.c.locked_until, where=LEASED_UNORDERED_SQL)
 
 #: Rows not sent, by status and age: the metrics count each status and find the oldest pending
 #: row here (capped, index-only), however long the sent history. MySQL counts through
 #: ``ix_outbox_status_seq_id`` instead.
 UNSENT_SQL = "status IN ('pending', 'processing', 'failed')"
-only_on(
-    Index(
-        "ix_outbox_unsent",
-        outbox.c.status,
-        outbox.c.created_at,
-        postgresql_where=text(UNSENT_SQL),
-        sqlite_where=text(UNSENT_SQL),
-    ),
-    *PARTIAL_INDEX_DIALECTS,
-)
+partial_index("ix_outbox_unsent", outbox.c.status, outbox.c.created_at, where=UNSENT_SQL)
 
 #: MySQL has no partial index: the unordered claim reads one status at a time, ``seq IS NULL``,
 #: in id order from this one, which skips sent and sequenced rows by seeking, not scanning.

@@ -123,9 +123,8 @@ class KombuPublisher:
             if not todo:
                 break
             try:
+                self.connect()
                 with self._translated():
-                    if self._conn is None:
-                        self._connect()
                     self._publish_batch(todo, result)
                 todo = []
             except PublishError as exc:
