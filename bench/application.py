@@ -7,8 +7,8 @@
   publishing those rows (batches of ``RELAY_BATCH_SIZE``, confirms per batch).
 - **Event handlers**: events/s through a handler that writes one row, with the inbox claim in
   its transaction and without, interleaved in one run. Both sides run the same
-  ``relay.consumer`` path (decode, one transaction per event, ack after commit, prefetch 16);
-  "without" only skips the inbox INSERT. The queue is filled before the clock starts.
+  ``relay.consume.consumer`` path (decode, one transaction per event, ack after commit, prefetch
+  16); "without" only skips the inbox INSERT. The queue is filled before the clock starts.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from bench import services
 from bench.timing import ratio, summarize
 from relay.celery import send_task
 from relay.config import Settings
-from relay.consumer import Event, EventConsumer, Handler, QueueHandlers
-from relay.dispatcher import Dispatcher
-from relay.engine import create_engine
+from relay.consume.consumer import Event, EventConsumer, Handler, QueueHandlers
+from relay.dispatch.dispatcher import Dispatcher
+from relay.store.engine import create_engine
 
 TASK = "bench.noop"
 

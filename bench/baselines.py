@@ -32,13 +32,13 @@ import sqlalchemy as sa
 
 from bench import procs, rows, services
 from bench.timing import Workload, grid, measure, summarize
-from relay import message
-from relay.dispatcher import make_worker_id
-from relay.engine import normalize_url
-from relay.message import OutgoingMessage
+from relay.dispatch.dispatcher import make_worker_id
+from relay.publishers import message
 from relay.publishers.base import kombu_message
+from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
-from relay.store import Store
+from relay.store.dispatch import Store
+from relay.store.engine import normalize_url
 
 
 class _Confirms:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from bench import services
 from bench.timing import median_ms
 from relay.config import Settings
-from relay.engine import create_engine
+from relay.store.engine import create_engine
 
 TOKEN = "bench-console-token-0123456789"  # noqa: S105 (a throw-away bench token)
 PAGE = 50

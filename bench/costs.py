@@ -35,11 +35,11 @@ import sqlalchemy as sa
 
 from bench import procs, rows, services
 from bench.timing import SERVERS, Workload, drain_once, median_ms, summarize
-from relay import message
 from relay.config import Settings
-from relay.dispatcher import Dispatcher
-from relay.engine import create_engine
-from relay.store import Store
+from relay.dispatch.dispatcher import Dispatcher
+from relay.publishers import message
+from relay.store.dispatch import Store
+from relay.store.engine import create_engine
 
 METRICS_BATCH = 100
 #: How often the "on" runs are scraped: far more often than a Prometheus server would.
@@ -204,14 +204,14 @@ def _metrics_drains(url: str, route: services.Route, count: int, reps: int) -> d
 
 _HOOKS = """
 import json, time
-from relay.observe import Observer, Recorded
+from relay.observe.observers import Observer, Recorded
 from relay.records import PublishResult
 from bench.rows import claimed
 kind = {kind!r}
 if kind == "off":
     observer = Observer()
 else:
-    from relay.metrics import PrometheusObserver
+    from relay.observe.metrics import PrometheusObserver
     observer = PrometheusObserver.shared()
 batch = [claimed(n) for n in range({batch})]
 send = lambda events: PublishResult(confirmed=list(events))

@@ -39,8 +39,8 @@ from bench import procs, services
 from bench.timing import Arrivals, latency_summary
 from relay.celery import Waker, celery_config
 from relay.config import Settings
-from relay.engine import create_engine
-from relay.schema import outbox
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
 
 DISPATCH, CELERY = "x relay dispatch --loop", "Celery workers"
 STYLES = ["plain SQL", "enqueue, Core", "enqueue, Session"]

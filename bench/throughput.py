@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from bench import procs, rows, services
 from bench.timing import Workload, drain_once, grid, measure, relay_env
-from relay.dialects.postgresql import PostgresDialect
-from relay.engine import create_engine
+from relay.store.dialects.postgresql import PostgresDialect
+from relay.store.engine import create_engine
 
 #: The Celery fleet's settings: batch size and tick (beat's safety net beside its listener).
 FLEET_BATCH = 100

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from bench import procs, rows
 from bench.services import Route
-from relay.engine import create_engine
+from relay.store.engine import create_engine
 
 
 def summarize(values: Sequence[float]) -> dict[str, Any]:

@@ -51,7 +51,7 @@ import sqlalchemy as sa
 
 from bench import baselines, procs, rows, services
 from bench.timing import Workload, summarize
-from relay import message
+from relay.publishers import message
 
 #: The confirm window of the raw publishers.
 WINDOW = 1000

@@ -17,8 +17,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from celery import Celery
 
-from relay import migrate, transports
-from relay.engine import create_engine
+from relay.publishers import transports
+from relay.store import migrate
+from relay.store.engine import create_engine
 
 DATABASE_URL = "sqlite:///relay.sqlite3"  # the relay's default RELAY_DATABASE_URL
 BROKER_URL = "filesystem://"  # the relay's default RELAY_BROKER_URL: ./relay-broker

@@ -9,6 +9,12 @@ The producer API is loaded on first use, so importing a light layer (``relay.pol
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from relay.config import Settings
@@ -24,7 +30,7 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
-    from relay.producer import Producer, configure, enqueue, lock_keys
+    from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
 
 __all__ = [
     "BrokerUnavailable",
@@ -48,7 +54,64 @@ _LAZY = {"Producer", "configure", "enqueue", "lock_keys"}
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from relay import producer
+        from relay.produce import enqueue as producer
 
         return getattr(producer, name)
     raise AttributeError(f"module 'relay' has no attribute {name!r}")
+
+
+#: Modules that moved into the package's rooms, by their old path: ``import relay.engine`` and
+#: ``from relay.inbox import claim`` keep working and give the module at its new home.
+MOVED = {
+    "relay.cli": "relay.commands.cli",
+    "relay.consumer": "relay.consume.consumer",
+    "relay.deadletters": "relay.consume.deadletters",
+    "relay.demo": "relay.commands.demo",
+    "relay.demo_report": "relay.commands.demo_report",
+    "relay.dialects": "relay.store.dialects",
+    "relay.dispatcher": "relay.dispatch.dispatcher",
+    "relay.doctor": "relay.commands.doctor",
+    "relay.engine": "relay.store.engine",
+    "relay.filters": "relay.store.filters",
+    "relay.inbox": "relay.consume.inbox",
+    "relay.lease": "relay.dispatch.lease",
+    "relay.listener": "relay.dispatch.listener",
+    "relay.message": "relay.publishers.message",
+    "relay.metrics": "relay.observe.metrics",
+    "relay.migrate": "relay.store.migrate",
+    "relay.operate": "relay.commands.rows",
+    "relay.probes": "relay.commands.probe",
+    "relay.producer": "relay.produce.enqueue",
+    "relay.schema": "relay.store.schema",
+    "relay.timestamps": "relay.store.timestamps",
+    "relay.tracing": "relay.observe.tracing",
+    "relay.transports": "relay.publishers.transports",
+    "relay.watch": "relay.commands.watch",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a moved module under its old name and hands back the module itself."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(MOVED[spec.name])
+        # The import system stamps the alias's spec on what this returns; keep the real one.
+        self._specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())

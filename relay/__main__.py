@@ -1,5 +1,5 @@
 """``python -m relay`` is the ``relay`` command."""
 
-from relay.cli import main
+from relay.commands.cli import main
 
 raise SystemExit(main())

@@ -19,10 +19,10 @@ from relay.urls import redact
 #: directory (WAL, writers queue for the lock), shared by every process started there.
 DEFAULT_DATABASE_URL = "sqlite:///relay.sqlite3"
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
-#: Kombu's filesystem transport in ``./relay-broker`` (``relay.transports``): needs no server and
-#: carries both the relay's Celery tasks and the events between processes of one host, since it
-#: keeps queues and exchange bindings in folders. No confirms, no replication: for trying the
-#: relay and for tests, not for production.
+#: Kombu's filesystem transport in ``./relay-broker`` (``relay.publishers.transports``): needs no
+#: server and carries both the relay's Celery tasks and the events between processes of one host,
+#: since it keeps queues and exchange bindings in folders. No confirms, no replication: for trying
+#: the relay and for tests, not for production.
 DEFAULT_BROKER_URL = "filesystem://"
 #: Unless set, the confirm timeout is this share of the lease (at most its default), and a lease
 #: left unset beside a set confirm timeout grows to keep that share: a batch that waits for its
@@ -80,7 +80,7 @@ class Settings:
     #: and the shortest gap between two wake-ups the Celery fleet's listener sends.
     poll_floor_seconds: float = 0.025
     #: Port of the Prometheus endpoint of ``relay dispatch --loop`` and of relay Celery workers
-    #: (``relay.metrics``); None: no endpoint, no metrics kept.
+    #: (``relay.observe.metrics``); None: no endpoint, no metrics kept.
     metrics_port: int | None = None
     #: The web console's operator token (``relay console``): may view and act. Secret.
     console_token: str | None = field(default=None, metadata={"secret": True})

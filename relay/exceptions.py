@@ -4,13 +4,13 @@ Tree (and where each is raised)::
 
     RelayError                  retryable = False unless a subclass says otherwise
     ├── ConfigError             a RELAY_* setting has a bad value (names the variable)
-    │                             relay.config, relay.engine (a URL that does not parse)
+    │                             relay.config, relay.store.engine (a URL that does not parse)
     ├── EventError              enqueue() refused an event (names the field); nothing was written
-    │                             relay.producer; also a ValueError
+    │                             relay.produce.enqueue; also a ValueError
     ├── SelectorError           an operator's action selected nothing and did not say "all"
-    │                             relay.filters
+    │                             relay.store.filters
     ├── StoreError              the outbox database failed
-    │   │                         relay.store, relay.engine (SQLAlchemy errors, ``from exc``)
+    │   │                         relay.store (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable
     └── PublishError            the events broker failed, or refused one message
         │                         relay.publishers (a message that cannot be encoded)

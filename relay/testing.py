@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from relay import message
 from relay.exceptions import BrokerUnavailable
-from relay.message import OutgoingMessage
+from relay.publishers import message
+from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent, PublishResult
 
 

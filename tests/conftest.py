@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
-from relay.engine import create_engine
-from relay.store import Store
+from relay.store.dispatch import Store
+from relay.store.engine import create_engine
 from tests.support import databases, services
 from tests.support.broker import Collector
 

@@ -1,6 +1,6 @@
 """Event handlers in the app's own workers: :func:`on_event` registers a handler, and
 :class:`EventConsumerStep` consumes its queue inside the worker, each event in one transaction
-with its inbox claim (see :mod:`relay.consumer`).
+with its inbox claim (see :mod:`relay.consume.consumer`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import kombu
 from celery import Celery, bootsteps
 from sqlalchemy import Engine
 
-from relay import inbox
 from relay.celery.fleet import PURGE_BATCH_SIZE
 from relay.celery.names import PURGE_INBOX
 from relay.config import Settings
-from relay.consumer import DEFAULT_PREFETCH, Handler, QueueHandlers
-from relay.deadletters import DeadLetters
+from relay.consume import inbox
+from relay.consume.consumer import DEFAULT_PREFETCH, Handler, QueueHandlers
+from relay.consume.deadletters import DeadLetters
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def on_event(
 
     Each event runs in one transaction on ``engine`` that also claims it in the inbox (as
     ``consumer``, default: the queue's name), and is acknowledged after the commit; see
-    :mod:`relay.consumer` for retries and dead letters. ``exchange`` defaults to
+    :mod:`relay.consume.consumer` for retries and dead letters. ``exchange`` defaults to
     ``RELAY_EXCHANGE``. ``single_active_consumer`` (RabbitMQ) lets one worker at a time take
     the queue, so events are handled in the order they were published. The first call adds the
     consumer bootstep and a beat entry that purges inbox rows older than

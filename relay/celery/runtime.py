@@ -6,9 +6,9 @@ import os
 import threading
 from typing import Any
 
-from relay import observe
 from relay.config import Settings
-from relay.dispatcher import Dispatcher
+from relay.dispatch.dispatcher import Dispatcher
+from relay.observe import observers as observe
 
 
 class Runtime:

@@ -17,8 +17,8 @@ from kombu.utils import json as kombu_json
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from relay import producer
 from relay.exceptions import EventError
+from relay.produce import enqueue as producer
 
 
 def send_task(

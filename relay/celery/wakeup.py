@@ -19,9 +19,9 @@ from typing import Any
 
 from celery import Celery
 
-from relay import producer
 from relay.celery.names import CLAIM_AND_DISPATCH
 from relay.config import Settings
+from relay.produce import enqueue as producer
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +117,16 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     turns what it sees into ``claim_and_dispatch`` tasks, at most one per
     ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
 
-    On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a :class:`relay.listener.Listener`
-    holding an advisory lock (a second beat on the same database stands by); elsewhere a
-    :class:`relay.listener.Poller` looks for claimable rows adaptively, floor to tick."""
+    On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
+    :class:`relay.dispatch.listener.Listener` holding an advisory lock (a second beat on the same
+    database stands by); elsewhere a :class:`relay.dispatch.listener.Poller` looks for claimable
+    rows adaptively, floor to tick."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
-        from relay import listener
-        from relay.store import Store
+        from relay.dispatch import listener
+        from relay.store.dispatch import Store
 
         s = settings
         waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)

@@ -20,7 +20,7 @@ from relay.config import Settings
 from relay.console import api, pages
 from relay.console.auth import COOKIE, Credential, Guard
 from relay.exceptions import ConfigError
-from relay.store import Store
+from relay.store.dispatch import Store
 
 HERE = Path(__file__).parent
 

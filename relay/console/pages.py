@@ -20,9 +20,9 @@ from relay.console import charts
 from relay.console.auth import COOKIE, SESSION_SECONDS, Credential, csrf_ok
 from relay.console.views import ACTIONS, BadRequest, act, jsonable, read_filter, read_page
 from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
-from relay.filters import EventFilter
 from relay.records import Status
-from relay.store import Actor
+from relay.store.dispatch import Actor
+from relay.store.filters import EventFilter
 
 if TYPE_CHECKING:
     from relay.console.app import Console

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from relay.config import Settings
 from relay.console.auth import new_token
-from relay.engine import create_engine
+from relay.store.engine import create_engine
 
 
 class _HideTokens(logging.Filter):

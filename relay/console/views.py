@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from typing import Any
 
-from relay.filters import EventFilter
-from relay.operate import parse_when
+from relay.commands.rows import parse_when
 from relay.records import Status
-from relay.store import Actor, Changed, Store
+from relay.store.dispatch import Actor, Changed, Store
+from relay.store.filters import EventFilter
 
 #: What replaces a masked field's value.
 MASK = "***"

@@ -8,8 +8,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from relay.engine import create_engine, normalize_url
-from relay.schema import TABLES, applies_to, metadata
+from relay.store.engine import create_engine, normalize_url
+from relay.store.schema import TABLES, applies_to, metadata
 
 VERSION_TABLE = "relay_alembic_version"
 

@@ -34,12 +34,12 @@ class Publisher(Protocol):
 def for_url(url: str, exchange: str, *, confirm_timeout: float = 10.0) -> Publisher:
     """The publisher for a Kombu URL: AMQP with confirms, or a virtual transport's.
 
-    Registers the relay's transports first (:func:`relay.transports.register`), so
+    Registers the relay's transports first (:func:`relay.publishers.transports.register`), so
     ``filesystem://`` is the relay's atomic variant. Connects lazily, on the first publish.
     """
     import kombu
 
-    from relay import transports
+    from relay.publishers import transports
 
     transports.register()
     if kombu.Connection(url).transport_cls in AMQP_TRANSPORTS:

@@ -20,8 +20,8 @@ from typing import Any
 
 import kombu
 
-from relay import message
 from relay.exceptions import BrokerUnavailable, PublishError
+from relay.publishers import message
 from relay.publishers.base import KombuPublisher, describe, unroutable
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult

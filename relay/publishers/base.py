@@ -16,8 +16,8 @@ from typing import Any
 import kombu
 import kombu.exceptions
 
-from relay import message, transports
 from relay.exceptions import BrokerUnavailable, PublishError
+from relay.publishers import message, transports
 from relay.records import ClaimedEvent, PublishResult
 from relay.urls import redact
 

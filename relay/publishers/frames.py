@@ -19,8 +19,8 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from relay import message
-from relay.message import OutgoingMessage
+from relay.publishers import message
+from relay.publishers.message import OutgoingMessage
 
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
 FRAME_END = b"\xce"

@@ -13,7 +13,7 @@ from typing import Any
 import kombu
 from kombu.utils import json as kombu_json
 
-from relay import message
+from relay.publishers import message
 from relay.publishers.base import KombuPublisher, kombu_message, unroutable
 from relay.records import ClaimedEvent, PublishResult
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.engine import create_engine
+from relay.store.engine import create_engine
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from relay.celery import CLAIM_AND_DISPATCH, PURGE_SENT, create_app
 from relay.config import Settings
-from relay.schema import outbox
+from relay.store.schema import outbox
 from tests.support.broker import Collector
 from tests.support.celery_fleet import counts, fleet, insert_rows, unique_queue
 from tests.support.env import relay_env, wait_until

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay import producer
 from relay.celery import create_app
 from relay.config import Settings
+from relay.produce import enqueue as producer
 from tests.support.broker import Collector
 from tests.support.celery_fleet import fleet, unique_queue
 from tests.support.env import relay_env, wait_until

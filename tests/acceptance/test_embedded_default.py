@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay import transports
 from relay.config import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL
-from relay.engine import create_engine
+from relay.publishers import transports
+from relay.store.engine import create_engine
 from tests.support.celery_fleet import CELERY_BIN
 from tests.support.env import relay_env, wait_until
 from tests.support.rows import count_by_status

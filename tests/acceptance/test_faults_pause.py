@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from relay.schema import outbox
+from relay.store.schema import outbox
 from tests.support.broker import Collector
 from tests.support.env import wait_until
 from tests.support.fleet import (
@@ -34,7 +34,7 @@ PAUSE_BOUND = IN_FLIGHT_BATCHES * BATCH
 
 
 def _lost_a_lease(worker: Worker) -> bool:
-    """Whether ``worker`` logged that its lease was taken over (relay.dispatcher)."""
+    """Whether ``worker`` logged that its lease was taken over (relay.dispatch.dispatcher)."""
     return "lease lost" in worker.log()
 
 

@@ -17,8 +17,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 import relay
-from relay.engine import create_engine
-from relay.schema import outbox
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
 from tests.support.broker import Collector, Received
 from tests.support.env import wait_until
 from tests.support.fleet import RELAY_BIN, Fleet, fleet_env

@@ -18,9 +18,9 @@ import sqlalchemy as sa
 
 from relay.celery import send_task
 from relay.config import Settings
-from relay.dispatcher import EXPIRED
-from relay.engine import create_engine
-from relay.schema import outbox
+from relay.dispatch.dispatcher import EXPIRED
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
 from tests.support import relaying, tasks_app
 from tests.support.celery_fleet import CELERY_BIN, Proc
 from tests.support.env import wait_until

@@ -63,7 +63,7 @@ def test_the_readme_consumer_receives_events_in_a_fresh_directory(tmp_path: Path
         _relay(tmp_path, "migrate")
         write = (
             "import relay, sqlalchemy as sa\n"
-            "from relay.engine import create_engine\n"
+            "from relay.store.engine import create_engine\n"
             "engine = create_engine('sqlite:///relay.sqlite3')\n"
             "with engine.begin() as conn:\n"
             "    for n in range(3):\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.engine import create_engine
+from relay.store.engine import create_engine
 from tests.support import databases, services
 from tests.support.broker import Collector
 from tests.support.rows import enqueue_many

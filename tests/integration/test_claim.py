@@ -8,9 +8,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from relay.engine import create_engine
 from relay.records import Rescheduled
-from relay.store import Store
+from relay.store.dispatch import Store
+from relay.store.engine import create_engine
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, make_due, rows
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from relay.dialects.postgresql import PostgresDialect
-from relay.engine import create_engine
+from relay.store.dialects.postgresql import PostgresDialect
+from relay.store.engine import create_engine
 
 
 def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: str) -> None:
@@ -66,7 +66,7 @@ def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url
     record a batch (mark sent, renew, release, held) reach their rows by primary key. Read
     through ix_outbox_unsent, a bitmap scan visited every processing entry the index held, dead
     versions of rows sent long ago included, so each batch cost more than the last."""
-    from relay.store import Store
+    from relay.store.dispatch import Store
 
     store = Store.from_url(pg_url)
     try:
@@ -98,7 +98,7 @@ def test_a_claim_skips_the_leases_still_running_without_reading_them(pg_url: str
     leases run: the next claim reads the pending rows it takes, not the leased rows in front
     of them (one index over both statuses made every claim read each of those from the
     table to see that its lease still ran)."""
-    from relay.store import Store
+    from relay.store.dispatch import Store
 
     store = Store.from_url(pg_url)
     try:

@@ -10,7 +10,7 @@ import sys
 import sqlalchemy as sa
 
 from relay.records import Buried
-from relay.store import Store
+from relay.store.dispatch import Store
 from tests.support.rows import count_by_status, enqueue_many
 
 

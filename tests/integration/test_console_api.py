@@ -10,7 +10,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from relay.schema import audit
+from relay.store.schema import audit
 from tests.support import console as web
 from tests.support import rows
 from tests.support.console import OPERATOR_TOKEN, VIEWER_TOKEN, bearer

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from relay.dialects import for_name
-from relay.dialects.mysql import MySQLDialect
-from relay.dialects.sqlite import SQLiteDialect
-from relay.engine import create_engine
-from relay.schema import outbox
-from relay.store import Store
+from relay.store.dialects import for_name
+from relay.store.dialects.mysql import MySQLDialect
+from relay.store.dialects.sqlite import SQLiteDialect
+from relay.store.dispatch import Store
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
 from tests.support import databases
 from tests.support.rows import enqueue_many, rows
 

@@ -11,11 +11,11 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
-from relay.dispatcher import Dispatcher
-from relay.observe import Observer
+from relay.dispatch.dispatcher import Dispatcher
+from relay.observe.observers import Observer
 from relay.publishers import for_url
 from relay.records import ClaimedEvent, PublishResult
-from relay.store import Store
+from relay.store.dispatch import Store
 from relay.testing import InMemoryPublisher
 from tests.support.broker import Collector
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, rows
@@ -269,7 +269,7 @@ def test_a_pause_right_after_the_claim_committed_still_ages_the_batch(
     """A batch's age runs from before the statement that leased it: a worker paused between
     the claim's commit and noting the time (a CI run once caught one there: a third batch of
     duplicates) still re-checks the batch before publishing it."""
-    from relay.dispatcher import Report
+    from relay.dispatch.dispatcher import Report
 
     clock = [0.0]
     claim = store.claim
@@ -296,7 +296,7 @@ def test_a_batch_that_waited_past_its_lease_publishes_only_rows_still_held(
 ) -> None:
     """A batch claimed ahead that waited a whole lease (worker paused) is re-checked before
     publishing: rows another worker reclaimed meanwhile are dropped, the rest renewed and sent."""
-    from relay.dispatcher import Report
+    from relay.dispatch.dispatcher import Report
 
     clock = [0.0]
     publisher = InMemoryPublisher()

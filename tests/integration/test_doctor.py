@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from relay.records import Buried
-from relay.store import Store
+from relay.store.dispatch import Store
 from tests.support import databases
 from tests.support.env import wait_until
 from tests.support.rows import enqueue_many

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kombu
 
-from relay import transports
+from relay.publishers import transports
 from tests.support import fs_peers
 from tests.support.celery_fleet import ROOT
 

@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay import dialects
 from relay.exceptions import EventError
-from relay.producer import Producer
-from relay.schema import outbox
-from relay.store import Store
+from relay.produce.enqueue import Producer
+from relay.store import dialects
+from relay.store.dispatch import Store
+from relay.store.schema import outbox
 from tests.support.rows import rows
 
 
@@ -155,7 +155,7 @@ def test_payload_cap_comes_from_the_environment(
     engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """RELAY_MAX_PAYLOAD_BYTES sets relay.enqueue's cap; over it the event is refused."""
-    from relay import producer
+    from relay.produce import enqueue as producer
 
     monkeypatch.setenv("RELAY_MAX_PAYLOAD_BYTES", "64")
     monkeypatch.setattr(producer, "_default", None)

@@ -1,5 +1,6 @@
-"""relay.consumer.EventConsumer, the plain-Kombu way to run event handlers (no Celery), against
-real RabbitMQ and PostgreSQL: redelivered duplicates take effect once, bindings come first."""
+"""relay.consume.consumer.EventConsumer, the plain-Kombu way to run event handlers (no Celery),
+against real RabbitMQ and PostgreSQL: redelivered duplicates take effect once, bindings come
+first."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.consumer import Event, EventConsumer, QueueHandlers
-from relay.engine import create_engine
+from relay.consume.consumer import Event, EventConsumer, QueueHandlers
+from relay.store.engine import create_engine
 from tests.support import events_app, relaying
 from tests.support.env import wait_until
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.schema import outbox
-from relay.store import PURGE_LOCK_KEY, Store
+from relay.store.dispatch import PURGE_LOCK_KEY, Store
+from relay.store.schema import outbox
 from tests.support.celery_fleet import insert_rows
 
 

@@ -1,4 +1,4 @@
-"""relay.inbox.claim: once per (consumer, message id), in the caller's transaction, on every
+"""relay.consume.inbox.claim: once per (consumer, message id), in the caller's transaction, on every
 database; concurrent claims of one id wait for each other; retention purges by age."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from relay import inbox
+from relay.consume import inbox
 from relay.exceptions import EventError
-from relay.schema import inbox as inbox_table
+from relay.store.schema import inbox as inbox_table
 
 
 def _rows(engine: sa.Engine) -> int:

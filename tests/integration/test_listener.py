@@ -1,5 +1,5 @@
-"""The outbox trigger's NOTIFY and relay.listener on real PostgreSQL: when it rings, when it does
-not, and that it comes back after its session is killed."""
+"""The outbox trigger's NOTIFY and relay.dispatch.listener on real PostgreSQL: when it rings, when
+it does not, and that it comes back after its session is killed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.listener import Listener
+from relay.dispatch.listener import Listener
 from tests.support.env import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -91,7 +91,7 @@ def test_listener_reconnects_after_pg_terminate_backend_and_logs_it(
 ) -> None:
     """Its session killed, the listener logs the loss, LISTENs again on a new session, rings
     once for what it may have missed, and passes on the next commit's notification."""
-    caplog.set_level(logging.INFO, logger="relay.listener")
+    caplog.set_level(logging.INFO, logger="relay.dispatch.listener")
     with pg_engine.connect() as conn:
         killed = conn.execute(
             sa.text(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay import cli
+from relay.commands import cli
 
 
 def test_a_taken_metrics_port_stops_dispatch_with_the_variable_named(

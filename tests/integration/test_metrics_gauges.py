@@ -1,4 +1,5 @@
-"""The outbox gauges of relay.metrics on every database: capped counts, read once per interval."""
+"""The outbox gauges of relay.observe.metrics on every database: capped counts, read once per
+interval."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
-from relay.metrics import OutboxCollector
-from relay.schema import outbox
-from relay.store import Store
+from relay.observe.metrics import OutboxCollector
+from relay.store.dispatch import Store
+from relay.store.schema import outbox
 from tests.support.rows import enqueue_many, expire_leases
 
 
@@ -74,8 +75,8 @@ def test_an_unreachable_database_reports_down_instead_of_failing_the_scrape() ->
 def test_postgresql_reads_the_gauges_from_the_unsent_index_not_the_history(pg_url: str) -> None:
     """With 200k sent rows beside a few unsent ones, the gauges' statement reads
     ix_outbox_unsent and never scans the table, also as a generic prepared plan."""
-    from relay.dialects.postgresql import PostgresDialect
-    from relay.engine import create_engine
+    from relay.store.dialects.postgresql import PostgresDialect
+    from relay.store.engine import create_engine
 
     engine = create_engine(pg_url)
     try:

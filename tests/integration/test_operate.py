@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from relay.records import Buried, Status
-from relay.schema import outbox
-from relay.store import Store
+from relay.store.dispatch import Store
+from relay.store.schema import outbox
 from tests.support.rows import count_by_status, enqueue_many
 
 

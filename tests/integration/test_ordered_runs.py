@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.dispatcher import Dispatcher
+from relay.dispatch.dispatcher import Dispatcher
 from relay.records import ClaimedEvent, PublishResult
-from relay.schema import outbox, outbox_progress
-from relay.store import Store
+from relay.store.dispatch import Store
+from relay.store.schema import outbox, outbox_progress
 from relay.testing import InMemoryPublisher
 from tests.support.rows import enqueue_many, make_due, rows
 

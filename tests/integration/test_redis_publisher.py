@@ -11,8 +11,7 @@ import kombu
 import pytest
 import redis
 
-from relay import message
-from relay.publishers import Publisher, for_url
+from relay.publishers import Publisher, for_url, message
 from relay.records import ClaimedEvent
 from tests.support.broker import Collector
 

@@ -1,4 +1,5 @@
-"""relay.store.Store against a simple model, on real PostgreSQL (hypothesis stateful testing).
+"""relay.store.dispatch.Store against a simple model, on real PostgreSQL (hypothesis stateful
+testing).
 
 Random interleavings of enqueue, claims by several workers, publish outcomes (sent, reschedule,
 bury, release), lease renewal, lease expiry and reclaim. After every step the table must equal
@@ -24,10 +25,10 @@ from hypothesis.stateful import (
 from sqlalchemy.orm import Session
 
 import relay
-from relay.engine import create_engine
 from relay.records import Buried, ClaimedEvent, Rescheduled
-from relay.schema import outbox
-from relay.store import Store
+from relay.store.dispatch import Store
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
 
 WORKERS = ("w1", "w2", "w3")
 LEASE = 300.0  # never expires by itself during a run: expiry is a rule of its own

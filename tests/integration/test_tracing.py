@@ -19,13 +19,14 @@ from opentelemetry.trace import SpanContext, SpanKind
 from sqlalchemy.orm import Session
 
 import relay
-from relay import message, tracing
 from relay.celery import send_task
 from relay.config import Settings
-from relay.consumer import Event, EventConsumer, QueueHandlers
-from relay.dispatcher import Dispatcher
-from relay.engine import create_engine
+from relay.consume.consumer import Event, EventConsumer, QueueHandlers
+from relay.dispatch.dispatcher import Dispatcher
+from relay.observe import tracing
+from relay.publishers import message
 from relay.records import ClaimedEvent
+from relay.store.engine import create_engine
 from tests.support.env import wait_until
 from tests.support.rows import rows
 

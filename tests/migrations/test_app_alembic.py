@@ -16,9 +16,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from relay import migrate
-from relay.engine import normalize_url
-from relay.schema import TABLES
+from relay.store import migrate
+from relay.store.engine import normalize_url
+from relay.store.schema import TABLES
 from tests.support import databases
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from relay import migrate
-from relay.dialects import for_name
-from relay.engine import create_engine
-from relay.schema import outbox
+from relay.store import migrate
+from relay.store.dialects import for_name
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
 from tests.support import databases
 
-RELAY = [sys.executable, "-c", "from relay.cli import main; raise SystemExit(main())"]
+RELAY = [sys.executable, "-c", "from relay.commands.cli import main; raise SystemExit(main())"]
 
 
 @pytest.fixture(params=databases.ENABLED)

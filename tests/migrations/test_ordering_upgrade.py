@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay import migrate
-from relay.engine import create_engine
-from relay.store import Store
+from relay.store import migrate
+from relay.store.dispatch import Store
+from relay.store.engine import create_engine
 from tests.support import databases
 
 

@@ -9,9 +9,10 @@ from typing import Any
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
-from relay import console, dialects
+from relay import console
 from relay.config import Settings
-from relay.schema import outbox
+from relay.store import dialects
+from relay.store.schema import outbox
 
 OPERATOR_TOKEN = "operator-token-0123456789"
 VIEWER_TOKEN = "viewer-token-0123456789ab"

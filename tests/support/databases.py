@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from relay import migrate, schema
+from relay.store import migrate, schema
 from tests.support import services
 
 

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from celery import Celery
 
 from relay.celery import on_event
-from relay.consumer import Event
-from relay.engine import create_engine
+from relay.consume.consumer import Event
+from relay.store.engine import create_engine
 
 metadata = sa.MetaData()
 handled = sa.Table(

@@ -22,15 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.schema import outbox
+from relay.store.schema import outbox
 from tests.support.broker import Collector
 from tests.support.env import relay_env
 
 RELAY_BIN = str(Path(sys.executable).with_name("relay"))
 
 #: Batches one worker can have confirmed by the broker but not yet recorded: the pipelined drain
-#: records batch N-1 while batch N publishes (relay.dispatcher.Dispatcher.drain). A worker hit by
-#: a fault can therefore cause up to this many batches of duplicates.
+#: records batch N-1 while batch N publishes (relay.dispatch.dispatcher.Dispatcher.drain). A worker
+#: hit by a fault can therefore cause up to this many batches of duplicates.
 IN_FLIGHT_BATCHES = 2
 
 

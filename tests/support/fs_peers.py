@@ -17,7 +17,7 @@ from pathlib import Path
 
 import kombu
 
-from relay import transports
+from relay.publishers import transports
 
 EXCHANGE = kombu.Exchange("peers", type="topic", durable=True)
 #: Created by the test in the transport's base folder once every publisher has exited.

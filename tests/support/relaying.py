@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from relay.config import Settings
-from relay.dispatcher import Dispatcher, Report
+from relay.dispatch.dispatcher import Dispatcher, Report
 
 
 @contextmanager

@@ -8,8 +8,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay import dialects
-from relay.schema import outbox
+from relay.store import dialects
+from relay.store.schema import outbox
 
 
 def enqueue_many(engine: sa.Engine, n: int, event_type: str = "test.event", **kw: Any) -> list[int]:

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from celery import Celery
 
-from relay.engine import create_engine
+from relay.store.engine import create_engine
 
 metadata = sa.MetaData()
 orders = sa.Table("orders", metadata, sa.Column("id", sa.Integer, primary_key=True))

@@ -11,10 +11,10 @@ import pytest
 from celery import Celery
 
 import relay.celery as relay_celery
-from relay import producer
 from relay.celery import CLAIM_AND_DISPATCH, PURGE_INBOX, PURGE_SENT, TICK, fanout, install
 from relay.config import Settings
 from relay.exceptions import ConfigError
+from relay.produce import enqueue as producer
 
 
 @pytest.mark.parametrize(

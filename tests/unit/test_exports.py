@@ -16,3 +16,30 @@ def test_all_is_sorted_and_complete() -> None:
         if not name.startswith("_") and getattr(value, "__module__", "").startswith("relay")
     }
     assert public <= set(relay.__all__)
+
+
+_OLD_PATHS = """
+import importlib, sys, relay
+for old, new in sorted(relay.MOVED.items()):
+    module = importlib.import_module(old)
+    assert module is importlib.import_module(new), old
+    assert module.__name__ == new and module.__spec__.name == new, (old, module.__spec__)
+from relay.inbox import claim
+from relay.consume.inbox import claim as claimed
+assert claim is claimed
+import relay.engine
+assert relay.engine.create_engine is sys.modules["relay.store.engine"].create_engine
+print(len(relay.MOVED))
+"""
+
+
+def test_every_moved_module_still_imports_under_its_old_path() -> None:
+    """``import relay.engine`` (and every other path from before the package had rooms) gives
+    the module at its new home, with its own name and spec."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _OLD_PATHS], capture_output=True, text=True, check=True
+    ).stdout
+    assert int(out) == len(relay.MOVED) > 20

@@ -14,10 +14,10 @@ from amqp.method_framing import frame_writer
 from amqp.serialization import dumps
 from kombu.transport import pyamqp
 
-from relay import message
-from relay.message import OutgoingMessage
+from relay.publishers import message
 from relay.publishers.base import kombu_message
 from relay.publishers.frames import BatchEncoder
+from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
 
 EXCHANGE = "outbox.events"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from relay.engine import json_loads, json_loads_many
+from relay.store.engine import json_loads, json_loads_many
 
 SAMPLES = [
     '{"a": 1, "b": [1, 2.5, null, true], "c": {"d": "é ✓ \\u2028"}}',

@@ -26,24 +26,30 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.policy", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
-        ("relay.store", {"kombu", "celery", "amqp"}),
-        ("relay.dialects.postgresql", {"kombu", "celery", "amqp"}),
+        ("relay.store.dispatch", {"kombu", "celery", "amqp"}),
+        ("relay.store.dialects.postgresql", {"kombu", "celery", "amqp"}),
         ("relay.publishers", {"sqlalchemy", "celery", "kombu", "amqp", "redis"}),
         ("relay.publishers.amqp", {"sqlalchemy", "celery"}),
         ("relay.publishers.frames", {"sqlalchemy", "celery", "kombu", "amqp"}),
-        ("relay.engine", {"kombu", "celery", "amqp"}),
+        ("relay.store.engine", {"kombu", "celery", "amqp"}),
         ("relay.publishers.virtual", {"sqlalchemy", "celery"}),
         ("relay.testing", {"sqlalchemy", "kombu", "celery"}),
-        ("relay.transports", {"sqlalchemy", "celery"}),
+        ("relay.publishers.transports", {"sqlalchemy", "celery"}),
         ("relay", {"celery", "kombu"}),
-        ("relay.dispatcher", {"celery", "prometheus_client", "opentelemetry"}),
-        ("relay.observe", {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"}),
-        ("relay.tracing", {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"}),
-        ("relay.producer", {"kombu", "celery", "prometheus_client", "opentelemetry"}),
-        ("relay.inbox", {"kombu", "celery", "amqp"}),
-        ("relay.consumer", {"celery", "prometheus_client", "opentelemetry"}),
-        ("relay.deadletters", {"sqlalchemy", "celery"}),
-        ("relay.listener", {"kombu", "celery", "amqp", "redis"}),
+        ("relay.dispatch.dispatcher", {"celery", "prometheus_client", "opentelemetry"}),
+        (
+            "relay.observe.observers",
+            {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"},
+        ),
+        (
+            "relay.observe.tracing",
+            {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"},
+        ),
+        ("relay.produce.enqueue", {"kombu", "celery", "prometheus_client", "opentelemetry"}),
+        ("relay.consume.inbox", {"kombu", "celery", "amqp"}),
+        ("relay.consume.consumer", {"celery", "prometheus_client", "opentelemetry"}),
+        ("relay.consume.deadletters", {"sqlalchemy", "celery"}),
+        ("relay.dispatch.listener", {"kombu", "celery", "amqp", "redis"}),
         ("relay.console", {"kombu", "celery", "amqp", "redis", "prometheus_client"}),
     ],
 )
@@ -53,10 +59,11 @@ def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) ->
 
 
 def test_only_the_celery_glue_and_cli_import_celery() -> None:
-    """Nothing but the modules of relay/celery/ and relay/cli.py names celery in an import."""
+    """Nothing but the modules of relay/celery/ and the demo command (which starts a worker)
+    names celery in an import."""
     offenders = []
     for path in PACKAGE.rglob("*.py"):
-        if path.parent == PACKAGE / "celery" or path == PACKAGE / "cli.py":
+        if path.parent == PACKAGE / "celery" or path == PACKAGE / "commands" / "demo.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names: list[str] = []
@@ -69,13 +76,14 @@ def test_only_the_celery_glue_and_cli_import_celery() -> None:
 
 
 def test_importing_transports_leaves_kombu_alone_until_registered() -> None:
-    """``import relay.transports`` changes no Kombu alias; ``register()`` does, idempotently."""
+    """``import relay.publishers.transports`` changes no Kombu alias; ``register()`` does,
+    idempotently."""
     code = (
-        "import kombu.transport as k, relay.transports as t\n"
+        "import kombu.transport as k, relay.publishers.transports as t\n"
         "before = k.TRANSPORT_ALIASES['filesystem']\n"
-        "assert before != 'relay.transports:Transport', before\n"
+        "assert before != 'relay.publishers.transports:Transport', before\n"
         "t.register(); t.register()\n"
-        "assert k.TRANSPORT_ALIASES['filesystem'] == 'relay.transports:Transport'\n"
+        "assert k.TRANSPORT_ALIASES['filesystem'] == 'relay.publishers.transports:Transport'\n"
         "import kombu\n"
         "assert kombu.Connection('filesystem://').transport_cls == 'filesystem'\n"
         "assert isinstance(kombu.Connection('filesystem://').transport, t.Transport)\n"
@@ -89,9 +97,10 @@ import sys
 sys.modules["opentelemetry"] = None  # an import of it now raises ImportError
 import sqlalchemy as sa
 import relay
-from relay import observe, tracing
+from relay.observe import observers as observe
+from relay.observe import tracing
 from relay.config import Settings
-from relay.schema import metadata, outbox
+from relay.store.schema import metadata, outbox
 engine = sa.create_engine("sqlite://")
 metadata.create_all(engine)
 with engine.begin() as conn:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay import message
+from relay.publishers import message
 from relay.records import ClaimedEvent
 
 
@@ -43,8 +43,8 @@ def test_a_claimed_row_is_read_in_the_fields_order() -> None:
     the two orders must stay the same, on every database."""
     from dataclasses import fields
 
-    from relay.dialects import for_name
     from relay.records import ClaimedEvent
+    from relay.store.dialects import for_name
 
     for name in ("postgresql", "mysql", "sqlite"):
         columns = for_name(name).claim_columns()

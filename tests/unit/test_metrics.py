@@ -1,4 +1,5 @@
-"""relay.metrics without services: the observer's counts and the batched histogram update."""
+"""relay.observe.metrics without services: the observer's counts and the batched histogram
+update."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from relay.metrics import PrometheusObserver, observe_many
-from relay.observe import Recorded
+from relay.observe.metrics import PrometheusObserver, observe_many
+from relay.observe.observers import Recorded
 from relay.records import ClaimedEvent, PublishResult
 
 

@@ -18,9 +18,9 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.sql import ClauseElement
 
-from relay.dialects import Dialect, for_name
-from relay.filters import EventFilter
 from relay.records import Status
+from relay.store.dialects import Dialect, for_name
+from relay.store.filters import EventFilter
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SA_DIALECTS: dict[str, SADialect] = {
@@ -134,8 +134,8 @@ def test_every_builder_has_a_one_line_docstring() -> None:
 def test_hot_path_statements_are_built_once_per_arguments() -> None:
     """A claim's and an outcome's statements are built once per dialect and arguments (no
     SQLAlchemy construction per batch), and the cache stays bounded."""
-    from relay.dialects import base
-    from relay.dialects.postgresql import PostgresDialect
+    from relay.store.dialects import base
+    from relay.store.dialects.postgresql import PostgresDialect
 
     d = PostgresDialect()
     first = d.claim_statement(worker="w", limit=100, lease_seconds=30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.consumer import topic_matches
+from relay.consume.consumer import topic_matches
 
 
 @pytest.mark.parametrize(

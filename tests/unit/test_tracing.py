@@ -1,4 +1,5 @@
-"""relay.tracing's publish hook without services: traced rows get their context, odd rows pass."""
+"""relay.observe.tracing's publish hook without services: traced rows get their context, odd rows
+pass."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from relay.observe.tracing import PublishTracer, messaging_system
 from relay.records import ClaimedEvent, PublishResult
-from relay.tracing import PublishTracer, messaging_system
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 GOOD = f"00-{TRACE_ID}-b7ad6b7169203331-01"

@@ -21,7 +21,7 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-#: Frozen copy of ``relay.listener.CHANNEL`` as of this revision.
+#: Frozen copy of ``relay.dispatch.listener.CHANNEL`` as of this revision.
 CHANNEL = "relay_outbox"
 
 

@@ -1,0 +1,257 @@
+"""``relay doctor``: checks a deployment and says, for each problem, how to fix it.
+
+Each check gives ``pass``, ``warn`` or ``fail`` with a detail and, unless it passed, the fix.
+The command exits non-zero when any check fails. Checks that need an earlier one (the schema
+needs the database) are skipped, as a failure, when it failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from relay.config import Settings
+from relay.exceptions import RelayError
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+#: Database and host clocks further apart than this are worth a warning (Celery compares a
+#: task's eta and expires with wall clocks; the relay itself uses only the database's).
+SKEW_WARN_SECONDS = 2.0
+#: Beat is missing when the last tick is older than this many ticks (and a minute).
+TICKS_MISSED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def run(settings: Settings | None, settings_error: str | None = None) -> list[Check]:
+    """Every check, in order; ``settings`` None when the environment did not parse."""
+    if settings is None:
+        return [Check("settings", FAIL, settings_error or "", "correct the variable named")]
+    checks = [Check("settings", PASS, "RELAY_* values are coherent")]
+    engine = _engine(settings)
+    try:
+        checks += list(_database(engine, settings))
+    finally:
+        engine.dispose()
+    checks += list(_broker(settings))
+    return checks
+
+
+def _engine(settings: Settings) -> sa.Engine:
+    from relay.store.engine import create_engine
+
+    return create_engine(settings.database_url)
+
+
+def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError as exc:
+        yield Check("database", FAIL, _first_line(exc), "check RELAY_DATABASE_URL and the server")
+        return
+    yield Check("database", PASS, f"reachable ({engine.dialect.name})")
+    schema = _schema(engine)
+    yield schema
+    if schema.status == FAIL:
+        return
+    yield _indexes(engine)
+    if engine.dialect.name == "postgresql":
+        yield _idle_timeout(engine)
+    yield _clock(engine)
+    yield _tick(settings)
+    yield _unroutable(engine)
+
+
+def _schema(engine: sa.Engine) -> Check:
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from relay.store.migrate import alembic_config
+
+    head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": "relay_alembic_version"})
+        current = context.get_current_revision()
+    if current == head:
+        return Check("schema", PASS, f"migrated to head ({head})")
+    return Check(
+        "schema", FAIL, f"at {current or 'nothing'}, head is {head}", "run `relay migrate`"
+    )
+
+
+def _indexes(engine: sa.Engine) -> Check:
+    from relay.store.schema import applies_to, metadata
+
+    missing = []
+    inspector = sa.inspect(engine)
+    for table in metadata.sorted_tables:
+        present = {ix["name"] for ix in inspector.get_indexes(table.name)}
+        present |= {c["name"] for c in inspector.get_unique_constraints(table.name)}
+        for index in table.indexes:
+            if applies_to(index, engine.dialect.name) and index.name not in present:
+                missing.append(index.name)
+    if missing:
+        return Check(
+            "indexes", FAIL, f"missing: {', '.join(map(str, missing))}", "run `relay migrate`"
+        )
+    return Check("indexes", PASS, "the claim index and every other index exist")
+
+
+def _idle_timeout(engine: sa.Engine) -> Check:
+    with engine.connect() as conn:
+        value = str(conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar())
+    if value in ("0", "0ms"):
+        return Check(
+            "idle_in_transaction_session_timeout",
+            WARN,
+            "off: a frozen worker inside a transaction could hold row locks for ever",
+            "ALTER ROLE <relay role> SET idle_in_transaction_session_timeout = '30s'",
+        )
+    return Check("idle_in_transaction_session_timeout", PASS, value)
+
+
+def _clock(engine: sa.Engine) -> Check:
+    from relay.store import dialects
+    from relay.store.timestamps import UtcDateTime
+
+    now = sa.type_coerce(dialects.for_name(engine.dialect.name).now(), UtcDateTime())
+    before = time.time()
+    with engine.connect() as conn:
+        db_now = conn.execute(sa.select(now)).scalar_one()
+    skew = db_now.timestamp() - (before + time.time()) / 2
+    detail = f"database clock {skew:+.2f}s from this host's"
+    if abs(skew) > SKEW_WARN_SECONDS:
+        fix = "run NTP on both; the relay uses database time, Celery's eta/expires wall clocks"
+        return Check("clock skew", WARN, detail, fix)
+    return Check("clock skew", PASS, detail)
+
+
+def _tick(settings: Settings) -> Check:
+    from relay.store.dispatch import Store
+
+    store = Store.from_url(settings.database_url)
+    try:
+        age = store.beat_ages().get("relay.tick")
+    finally:
+        store.dispose()
+    limit = max(60.0, TICKS_MISSED * settings.tick_seconds)
+    if age is None:
+        return Check(
+            "tick",
+            WARN,
+            "no tick recorded yet",
+            "start exactly one `celery -A relay beat` (not needed with `relay dispatch --loop`)",
+        )
+    if age > limit:
+        return Check(
+            "tick",
+            WARN,
+            f"last tick {age:.0f}s ago (more than {limit:.0f}s)",
+            "is `celery -A relay beat` running, and a worker consuming RELAY_QUEUE?",
+        )
+    return Check("tick", PASS, f"last tick {age:.1f}s ago")
+
+
+def _unroutable(engine: sa.Engine) -> Check:
+    from relay.store.schema import outbox
+
+    query = (
+        sa.select(outbox.c.event_type, sa.func.count())
+        .where(outbox.c.status.in_(("pending", "failed")), outbox.c.last_error.like("unroutable%"))
+        .group_by(outbox.c.event_type)
+        .limit(5)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    if rows:
+        types = ", ".join(f"{t} ({n})" for t, n in rows)
+        return Check(
+            "routing",
+            WARN,
+            f"events came back unroutable: {types}",
+            "bind a queue to RELAY_EXCHANGE for these routing keys, then `relay failed retry`",
+        )
+    return Check("routing", PASS, "no event waiting or failed as unroutable")
+
+
+def _broker(settings: Settings) -> Iterator[Check]:
+    import kombu
+
+    from relay.publishers import transports
+
+    url = settings.events_connection_url
+    try:
+        with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
+            conn.ensure_connection(max_retries=1, timeout=5)
+            yield Check("broker", PASS, f"reachable ({conn.transport_cls})")
+            yield _exchange(conn, settings.exchange)
+    except Exception as exc:  # Kombu raises many unrelated types for "cannot connect"
+        yield Check("broker", FAIL, _first_line(exc), "check RELAY_EVENTS_URL and the broker")
+
+
+def _exchange(conn: Any, name: str) -> Check:
+    import kombu
+
+    channel = conn.channel()
+    try:
+        kombu.Exchange(name, type="topic", durable=True)(channel).declare(passive=True)
+    except Exception:
+        return Check(
+            "exchange",
+            WARN,
+            f"{name!r} is not declared yet",
+            "start the relay once (it declares it) and bind your consumers' queues to it",
+        )
+    bound = _bindings(channel, name)
+    if bound == 0:
+        return Check(
+            "exchange",
+            WARN,
+            f"{name!r} exists but no queue is bound: every event would come back unroutable",
+            "start your consumers (on_event declares its queues) before the first events",
+        )
+    known = "" if bound is None else f", {bound} binding(s)"
+    return Check("exchange", PASS, f"{name!r} declared{known}")
+
+
+def _bindings(channel: Any, name: str) -> int | None:
+    """Bindings of a virtual transport's exchange; None on AMQP, which cannot list them
+    (the routing check reads unroutable events from the outbox instead)."""
+    get_table: Callable[[str], Any] | None = getattr(channel, "get_table", None)
+    if get_table is None:
+        return None
+    try:
+        return len(list(get_table(name)))
+    except Exception:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    from relay.urls import redact
+
+    text = str(exc).strip().splitlines()
+    return redact(f"{type(exc).__name__}: {text[0] if text else ''}")
+
+
+def settings_or_error() -> tuple[Settings | None, str | None]:
+    try:
+        return Settings.from_env(), None
+    except RelayError as exc:
+        return None, str(exc)
+
+
+__all__ = ["FAIL", "PASS", "WARN", "Check", "run", "settings_or_error"]

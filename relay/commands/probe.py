@@ -1,0 +1,61 @@
+"""Health probes for Docker and Kubernetes: ``relay probe ready`` and ``relay probe live``.
+
+Readiness: the database answers and the events broker accepts a connection. Liveness of a
+``relay dispatch --loop`` process: the heartbeat file it touches after every pass of its loop
+is fresh (a hung loop stops touching it). A Celery worker's liveness is Celery's own
+``celery -A relay inspect ping -d celery@$HOSTNAME``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import sqlalchemy as sa
+
+from relay.config import Settings
+from relay.urls import redact
+
+
+def ready(settings: Settings) -> tuple[bool, str]:
+    """(healthy, why): the database and the events broker are reachable."""
+    import kombu
+
+    from relay.publishers import transports
+    from relay.store.engine import create_engine
+
+    engine = create_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError as exc:
+        return False, f"database unreachable: {redact(str(exc).splitlines()[0])}"
+    finally:
+        engine.dispose()
+    url = settings.events_connection_url
+    try:
+        with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
+            conn.ensure_connection(max_retries=1, timeout=5)
+    except Exception as exc:  # Kombu raises many unrelated types for "cannot connect"
+        return False, f"broker unreachable: {redact(str(exc))}"
+    return True, "ready: database and broker reachable"
+
+
+def live(heartbeat_file: str | None, max_age: float) -> tuple[bool, str]:
+    """(healthy, why): ``heartbeat_file`` was touched within ``max_age`` seconds."""
+    if not heartbeat_file:
+        return False, "give --heartbeat-file (the one `relay dispatch --loop` touches)"
+    try:
+        age = time.time() - os.stat(heartbeat_file).st_mtime
+    except OSError as exc:
+        return False, f"no heartbeat: {exc}"
+    if age > max_age:
+        return False, f"stale heartbeat: the loop last passed {age:.0f}s ago (> {max_age:g}s)"
+    return True, f"live: the loop passed {age:.1f}s ago"
+
+
+def touch(path: str) -> None:
+    """Mark the loop alive (creates the file)."""
+    with open(path, "a"):
+        pass
+    os.utime(path, None)

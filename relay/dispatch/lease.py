@@ -1,0 +1,63 @@
+"""Keeps a claimed batch's lease alive while the worker still works on it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from relay import timing
+from relay.exceptions import StoreError
+from relay.records import ClaimedEvent
+from relay.store.dispatch import Store
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Renews a batch's lease every third of the lease (:mod:`relay.timing`) until stopped.
+
+    Started when the batch is claimed and stopped once its outcomes are recorded, so a live
+    worker's lease never runs out under it however long the broker takes; a worker that is
+    paused or dead stops renewing and its rows become reclaimable after one lease.
+    """
+
+    def __init__(
+        self, store: Store, worker: str, events: Sequence[ClaimedEvent], lease_seconds: float
+    ) -> None:
+        self._store, self._worker, self._events = store, worker, events
+        self._lease = lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="relay-lease", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> LeaseKeeper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._lease * timing.RENEW_SHARE_OF_LEASE):
+            try:
+                held = self._store.renew(self._worker, self._events, self._lease)
+            except StoreError as exc:
+                if not exc.retryable:
+                    log.error("lease renewal failed, renewing no more: %s", exc)
+                    return
+                log.warning("lease renewal failed, will retry: %s", exc)
+                continue
+            if held < len(self._events):
+                log.warning(
+                    "lease lost on %d of %d rows: another worker reclaimed them",
+                    len(self._events) - held,
+                    len(self._events),
+                )

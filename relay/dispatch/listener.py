@@ -1,0 +1,216 @@
+"""PostgreSQL LISTEN loop: turns the commit-time NOTIFYs of the outbox trigger into claims;
+and the adaptive :class:`Poller` that stands in for it on other databases.
+
+Migration 0004 makes every statement that inserts into ``outbox`` NOTIFY :data:`CHANNEL` when
+its transaction commits: a rolled-back insert notifies nothing, and PostgreSQL folds one
+transaction's notifications into one. Any writer gets this, plain SQL included.
+
+A :class:`Listener` LISTENs on a connection of its own, in a thread, and calls ``on_notify`` for
+each notification; the caller decides what a wake-up is (``relay dispatch --loop`` sets the
+event its loop waits on, Celery beat sends a ``claim_and_dispatch``) and coalesces bursts. The
+notification is only a hint, never the data: the claim decides what there is to do. When the
+connection is lost (a restart, ``pg_terminate_backend``) the listener logs it and reconnects
+with backoff, then calls ``on_notify`` once for whatever it missed meanwhile; the tick still
+runs, so a lost notification costs at most one tick.
+
+With ``exclusive``, the listener first takes a session-level advisory lock on its connection:
+of several exclusive listeners on one database (two beats by mistake, or a standby), one
+listens and the others wait to take over when its session ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+from relay import timing
+from relay.exceptions import StoreError
+from relay.store.dispatch import Store
+from relay.store.engine import normalize_url
+from relay.urls import redact
+
+log = logging.getLogger(__name__)
+
+#: The channel migration 0004's trigger notifies, with an empty payload.
+CHANNEL = "relay_outbox"
+#: Advisory lock key of the one exclusive listener per database ("relaylsn" in ASCII).
+LOCK_KEY = 0x72656C61796C736E
+#: How long one wait for notifications lasts before the listener checks whether to stop.
+WAIT_SLICE_SECONDS = 0.5
+#: Seconds to wait for PostgreSQL to accept a connection.
+CONNECT_TIMEOUT_SECONDS = 5
+#: TCP keepalives on the LISTEN connection, so a peer that vanished is noticed.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3}
+
+
+def supports(database_url: str) -> bool:
+    """Whether ``database_url`` is a PostgreSQL database (the only one with LISTEN/NOTIFY)."""
+    return sa.make_url(normalize_url(database_url)).get_backend_name() == "postgresql"
+
+
+def conninfo(database_url: str) -> str:
+    """The libpq URI of ``database_url`` (an SQLAlchemy URL), for psycopg directly."""
+    url = sa.make_url(normalize_url(database_url)).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+class Listener:
+    """LISTENs on :data:`CHANNEL` in a daemon thread and calls ``on_notify`` per notification
+    (and once after each reconnect); ``on_notify`` must be quick and must not raise."""
+
+    def __init__(
+        self,
+        database_url: str,
+        on_notify: Callable[[], None],
+        *,
+        exclusive: bool = False,
+        heartbeat_seconds: float = timing.LISTEN_HEARTBEAT_SECONDS,
+    ) -> None:
+        self.on_notify = on_notify
+        self.exclusive = exclusive
+        self.heartbeat_seconds = heartbeat_seconds
+        #: Set while the listener's session is LISTENing.
+        self.listening = threading.Event()
+        #: Sessions that reached LISTEN so far (more than one: it reconnected).
+        self.sessions = 0
+        self._conninfo = conninfo(database_url)
+        self._where = redact(database_url)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Listener:
+        self._thread = threading.Thread(target=self.run, name="relay-listen", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = WAIT_SLICE_SECONDS * 4) -> None:
+        """Ask the thread to end and wait for it (it ends within one wait slice)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        """Listen, reconnecting with backoff, until :meth:`stop`."""
+        delay = timing.LISTEN_RETRY_FIRST_SECONDS
+        lost_at: float | None = None
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                    **KEEPALIVES,  # type: ignore[arg-type]  # libpq options, typed as Any
+                ) as conn:
+                    if not self._lead(conn):
+                        return
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.sessions += 1
+                    self.listening.set()
+                    if lost_at is None:
+                        log.info("listening on %s for new outbox rows (%s)", CHANNEL, self._where)
+                    else:
+                        log.warning(
+                            "listening on %s again after %.1fs; claiming once for rows "
+                            "committed meanwhile",
+                            CHANNEL,
+                            time.monotonic() - lost_at,
+                        )
+                        self.on_notify()
+                    lost_at, delay = None, timing.LISTEN_RETRY_FIRST_SECONDS
+                    self._serve(conn)
+            except Exception as exc:  # whatever broke the session: listen again, never die
+                self.listening.clear()
+                lost_at = time.monotonic() if lost_at is None else lost_at
+                log.warning(
+                    "relay listener lost its connection (%s), reconnecting in %.1fs: %s",
+                    self._where,
+                    delay,
+                    redact(str(exc).strip()),
+                )
+                self._stop.wait(delay)
+                delay = min(delay * 2, timing.LISTEN_RETRY_MAX_SECONDS)
+        self.listening.clear()
+
+    def _lead(self, conn: psycopg.Connection[Any]) -> bool:
+        """Exclusive: wait until this session holds the listener lock (False: stopped)."""
+        if not self.exclusive:
+            return True
+        announced = False
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+            if row is not None and row[0]:
+                return True
+            if not announced:
+                log.info("another relay listener holds the lock; standing by to take over")
+                announced = True
+            if self._stop.wait(self.heartbeat_seconds):
+                return False
+
+    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+        """Pass notifications on until stopped; a quiet connection is pinged now and then, so a
+        dead one raises here instead of waiting forever."""
+        quiet_since = time.monotonic()
+        while not self._stop.is_set():
+            for _ in conn.notifies(timeout=WAIT_SLICE_SECONDS):
+                self.on_notify()
+                quiet_since = time.monotonic()
+                if self._stop.is_set():
+                    return
+            if time.monotonic() - quiet_since >= self.heartbeat_seconds:
+                conn.execute("SELECT 1")
+                quiet_since = time.monotonic()
+
+
+class Poller:
+    """Where there is no NOTIFY (MySQL, MariaDB, SQLite, or ``RELAY_NOTIFY=0``): looks for
+    claimable rows in a daemon thread and calls ``on_found`` when there are some.
+
+    It looks ``floor`` seconds after finding rows, doubling the wait after each look that found
+    none, up to ``ceiling`` (the tick): idle, it costs one bounded count of the claim index per
+    ceiling. A look that fails is logged and retried at the next one.
+    """
+
+    def __init__(
+        self, store: Store, on_found: Callable[[], None], floor: float, ceiling: float
+    ) -> None:
+        self.store, self.on_found = store, on_found
+        # The floor for about one ceiling after rows were seen: workers draining them make
+        # the looks meanwhile come back empty, which says nothing about new rows.
+        self.poll = timing.IdlePoll(floor, ceiling, hold=math.ceil(ceiling / floor))
+        #: Looks so far, and how many found rows.
+        self.looks = self.found = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Poller:
+        self._thread = threading.Thread(target=self.run, name="relay-poll", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        while not self._stop.wait(self.poll.next()):
+            self.looks += 1
+            try:
+                rows = self.store.backlog(1)
+            except StoreError as exc:
+                log.warning("relay poller could not look for new rows: %s", exc)
+                continue
+            if rows:
+                self.found += 1
+                self.on_found()
+                self.poll.reset()
+
+
+__all__ = ["CHANNEL", "LOCK_KEY", "Listener", "Poller", "conninfo", "supports"]

@@ -1,0 +1,3 @@
+"""What a relay process tells the world: the observer seam the dispatcher calls, Prometheus
+metrics and OpenTelemetry tracing, each loaded only when configured.
+"""

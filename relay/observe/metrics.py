@@ -1,0 +1,286 @@
+"""Prometheus metrics of a relay process (``RELAY_METRICS_PORT``), with ``prometheus_client``.
+
+Two sources, served by one HTTP endpoint per relay process:
+
+- the dispatcher's counters and histograms, kept by :class:`PrometheusObserver` (a
+  :class:`relay.observe.observers.Observer`) in each process that dispatches;
+- the outbox gauges, read from the database by one :class:`OutboxCollector` per endpoint at
+  scrape time (one statement of capped counts, at most once per ``min_interval`` seconds),
+  never by the dispatching processes.
+
+``relay dispatch --loop`` serves both from its own process (:func:`serve`). A prefork Celery
+worker (:func:`serve_worker`, on ``worker_init``, before the pool forks) uses the client's
+multiprocess mode: each child writes its counters to files in ``PROMETHEUS_MULTIPROC_DIR``
+(a fresh temporary directory unless that variable is set) and the parent's endpoint adds them up,
+along with the gauges it reads itself.
+
+Labels: ``event_type`` at most, never an id or a key.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from relay.exceptions import ConfigError
+from relay.observe.observers import Observer, Recorded, Send
+from relay.records import ClaimedEvent, PublishResult
+
+log = logging.getLogger(__name__)
+
+#: Each database gauge counts at most this many rows: a scrape costs a bounded scan.
+GAUGE_CAP = 100_000
+#: The gauges are read at most this often; scrapes in between get the last reading.
+GAUGE_MIN_INTERVAL_SECONDS = 5.0
+
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_LAG = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+
+
+class PrometheusObserver(Observer):
+    """Counts what one process's dispatchers claim, publish and record."""
+
+    _shared: PrometheusObserver | None = None
+    _lock = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry | None = prometheus_client.REGISTRY) -> None:
+        by_type = ["event_type"]
+        r = registry
+        self.claimed_total = Counter(
+            "relay_events_claimed", "Rows leased by this relay.", registry=r
+        )
+        self.sent_total = Counter(
+            "relay_events_sent", "Rows marked sent after the broker confirmed.", by_type, registry=r
+        )
+        self.rescheduled_total = Counter(
+            "relay_events_rescheduled",
+            "Failed attempts with attempts left: back to pending after a backoff.",
+            by_type,
+            registry=r,
+        )
+        self.failed_total = Counter(
+            "relay_events_failed", "Rows that ended failed (dead letters).", by_type, registry=r
+        )
+        self.released_total = Counter(
+            "relay_events_released",
+            "Rows given back without spending an attempt (broker down, behind a failed row).",
+            registry=r,
+        )
+        self.lease_lost_total = Counter(
+            "relay_lease_lost",
+            "Rows another worker reclaimed before this one recorded them (expired leases).",
+            registry=r,
+        )
+        self.publish_seconds = Histogram(
+            "relay_publish_seconds",
+            "Publishing one batch, until the broker's last confirm.",
+            buckets=_FAST,
+            registry=r,
+        )
+        self.claim_seconds = Histogram(
+            "relay_claim_seconds",
+            "The transaction that leased a batch (while draining it also records the last one).",
+            buckets=_FAST,
+            registry=r,
+        )
+        self.lag_seconds = Histogram(
+            "relay_delivery_lag_seconds",
+            "From a row's created_at to the relay recording it sent.",
+            buckets=_LAG,
+            registry=r,
+        )
+        self._children: dict[tuple[int, str], Any] = {}
+
+    @classmethod
+    def shared(cls) -> PrometheusObserver:
+        """The process's observer, on the default registry (created once; metric names are
+        unique in a registry)."""
+        with cls._lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def _child(self, counter: Counter, event_type: str) -> Any:
+        key = (id(counter), event_type)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(event_type)
+        return child
+
+    def _count(self, counter: Counter, events: Iterable[ClaimedEvent]) -> None:
+        for event_type, n in Tally(e.event_type for e in events).items():
+            self._child(counter, event_type).inc(n)
+
+    def claimed(self, events: Sequence[ClaimedEvent], seconds: float) -> None:
+        self.claim_seconds.observe(seconds)
+        if events:
+            self.claimed_total.inc(len(events))
+
+    def publish(self, events: list[ClaimedEvent], send: Send) -> PublishResult:
+        started = time.perf_counter()
+        try:
+            return send(events)
+        finally:
+            self.publish_seconds.observe(time.perf_counter() - started)
+
+    def recorded(self, outcome: Recorded) -> None:
+        kinds = (
+            (self.sent_total, outcome.sent),
+            (self.rescheduled_total, outcome.rescheduled),
+            (self.failed_total, outcome.failed),
+        )
+        for (counter, events), n in zip(kinds, outcome.counts, strict=True):
+            if n == len(events):
+                self._count(counter, events)
+            elif n:  # the fence refused some of them, which ones is not known: no event type
+                self._child(counter, "").inc(n)
+        if outcome.released:
+            self.released_total.inc(outcome.released)
+        if outcome.lost:
+            self.lease_lost_total.inc(outcome.lost)
+        if outcome.sent and outcome.counts[0] == len(outcome.sent):
+            now = datetime.now(UTC)
+            lags = [max(0.0, (now - e.created_at).total_seconds()) for e in outcome.sent]
+            observe_many(self.lag_seconds, lags)
+
+    def lease_lost(self, count: int) -> None:
+        self.lease_lost_total.inc(count)
+
+
+def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
+    """``histogram.observe(a)`` for each of ``amounts``, with one increment per bucket touched
+    and one of the sum, instead of two per amount: a batch's lags cost a few increments (each a
+    locked write, to a file in multiprocess mode). Falls back to ``observe`` should the client's
+    internals ever differ from what this expects."""
+    bounds: Any = getattr(histogram, "_upper_bounds", None)
+    buckets: Any = getattr(histogram, "_buckets", None)
+    total: Any = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for amount in amounts:
+            histogram.observe(amount)
+        return
+    # The client counts an amount in the first bucket whose bound is >= it (the last is +Inf).
+    for index, n in Tally(bisect.bisect_left(bounds, a) for a in amounts).items():
+        buckets[index].inc(n)
+    total.inc(sum(amounts))
+
+
+class OutboxCollector(Collector):
+    """The outbox gauges, read from the database when scraped (at most every
+    ``min_interval`` seconds; a failed read reports ``relay_outbox_up 0`` and no gauges)."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        cap: int = GAUGE_CAP,
+        min_interval: float = GAUGE_MIN_INTERVAL_SECONDS,
+    ) -> None:
+        self.store, self.cap, self.min_interval = store, cap, min_interval
+        self._lock = threading.Lock()
+        self._read_at = -float("inf")
+        self._last: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.min_interval:
+                self._last = self._read()
+                self._read_at = time.monotonic()
+            return iter(list(self._last))
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # read at scrape time only: registering must not query the database
+
+    def _read(self) -> list[Metric]:
+        up = GaugeMetricFamily("relay_outbox_up", "1 when the last read of the outbox worked.")
+        started = time.perf_counter()
+        try:
+            report = self.store.gauges(self.cap)
+        except Exception as exc:
+            log.warning("metrics: reading the outbox gauges failed: %s", exc)
+            up.add_metric([], 0)
+            return [up]
+        up.add_metric([], 1)
+        rows = GaugeMetricFamily(
+            "relay_outbox_rows",
+            f"Outbox rows per unfinished status, each counted up to {self.cap}.",
+            labels=["status"],
+        )
+        for status, n in sorted(report.counts.items()):
+            rows.add_metric([status], n)
+        age = GaugeMetricFamily(
+            "relay_oldest_pending_age_seconds", "Age of the oldest pending row (0: none)."
+        )
+        age.add_metric([], report.oldest_pending_age_seconds or 0.0)
+        expired = GaugeMetricFamily(
+            "relay_expired_leases",
+            f"Processing rows whose lease expired (a dead or stalled worker's), up to {self.cap}.",
+        )
+        expired.add_metric([], report.expired_leases)
+        took = GaugeMetricFamily("relay_outbox_read_seconds", "How long the last read took.")
+        took.add_metric([], time.perf_counter() - started)
+        return [up, rows, age, expired, took]
+
+
+def _listen(port: int, registry: CollectorRegistry) -> None:
+    try:
+        prometheus_client.start_http_server(port, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"RELAY_METRICS_PORT={port} cannot be served: {exc}") from exc
+    log.info("metrics on http://0.0.0.0:%d/metrics", port)
+
+
+def serve(port: int, store: Any) -> PrometheusObserver:
+    """One process's endpoint (``relay dispatch --loop``): the default registry (the relay's
+    metrics, the process collector) and the outbox gauges read through ``store``."""
+    observer = PrometheusObserver.shared()
+    collector = OutboxCollector(store)
+    prometheus_client.REGISTRY.register(collector)
+    try:
+        _listen(port, prometheus_client.REGISTRY)
+    except ConfigError:
+        prometheus_client.REGISTRY.unregister(collector)
+        raise
+    return observer
+
+
+def serve_worker(port: int, store: Any) -> str:
+    """A Celery worker's endpoint, started in the parent before the pool forks: multiprocess
+    mode, so the children's counters add up here. Returns the metrics directory."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        directory = tempfile.mkdtemp(prefix="relay-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        atexit.register(_remove, directory, os.getpid())
+    os.makedirs(directory, exist_ok=True)
+    # The client picks its value class when first imported; the variable may be newer.
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]  # untyped in the client
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]  # untyped in the client
+    registry.register(OutboxCollector(store))
+    _listen(port, registry)
+    return directory
+
+
+def _remove(directory: str, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child runs atexit too
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+__all__ = ["OutboxCollector", "PrometheusObserver", "observe_many", "serve", "serve_worker"]

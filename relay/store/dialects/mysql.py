@@ -1,0 +1,184 @@
+"""MySQL 8 / MariaDB >= 10.6: ``SELECT … FOR UPDATE SKIP LOCKED``, then update the locked ids.
+
+Neither has ``UPDATE … RETURNING`` (MariaDB's is for INSERT/DELETE), and an UPDATE cannot skip
+locked rows, so the claim is three statements in one short transaction: lock the oldest
+claimable ids (skipping rows other claimers hold), lease exactly those ids, read them back.
+The row locks make the ids ours until commit, so no claim token is needed to tell them apart.
+
+A key's number is ``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)``, or for a new key
+``INSERT … ON DUPLICATE KEY UPDATE`` the same way, then ``SELECT LAST_INSERT_ID()``.
+
+Without partial indexes the unordered pick reads one status at a time, ``seq IS NULL``, from
+``(status, seq, id)`` in id order:
+expired leases first (few: at most the in-flight rows), then due pending rows. ``IN`` over two
+statuses would make the server sort, and lock, the whole backlog before applying the LIMIT.
+The store's engine runs READ COMMITTED here so the locking reads take no gap locks that would
+block producers' INSERTs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Delete,
+    Float,
+    Row,
+    Select,
+    Update,
+    bindparam,
+    cast,
+    delete,
+    func,
+    literal_column,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects.mysql import Insert, insert
+
+from relay.store.dialects.base import SENT, Dialect, cached
+from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.timestamps import UtcDateTime, utc_now
+
+_MICROSECOND: ColumnElement[Any] = literal_column("MICROSECOND")
+
+
+class MySQLDialect(Dialect):
+    """MySQL >= 8.0.1 and MariaDB >= 10.6 (SKIP LOCKED), InnoDB."""
+
+    name: ClassVar[str] = "mysql"
+
+    def now(self) -> ColumnElement[datetime]:
+        """``UTC_TIMESTAMP(6)``: UTC whatever the session's time_zone, fixed per statement."""
+        return utc_now()
+
+    def now_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
+        """``TIMESTAMPADD(MICROSECOND, CAST(ROUND(seconds * 1e6) AS SIGNED), now)``."""
+        micros = cast(func.round(seconds * literal_column("1000000")), BigInteger)
+        return func.timestampadd(_MICROSECOND, micros, utc_now(), type_=UtcDateTime())
+
+    def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
+        """``TIMESTAMPDIFF(MICROSECOND, column, now) / 1e6``."""
+        micros = func.timestampdiff(_MICROSECOND, column, utc_now())
+        return type_coerce(micros / literal_column("1000000.0"), Float)
+
+    def lock(self, stmt: Select[Any]) -> Select[Any]:
+        """``FOR UPDATE SKIP LOCKED`` (MariaDB has no ``OF``: joined rows are locked too)."""
+        return stmt.with_for_update(skip_locked=True)
+
+    def pick_statement(self, due: ColumnElement[bool], limit: int) -> Select[int]:
+        """``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
+        status."""
+        return (
+            select(outbox.c.id)
+            .where(due, outbox.c.seq.is_(None))
+            .order_by(outbox.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+
+    @cached
+    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
+        """Lease the picked rows; bind ``ids``."""
+        return (
+            update(outbox)
+            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
+            .values(**self.lease_values(worker, lease_seconds))
+        )
+
+    @cached
+    def claimed_statement(self) -> Select[Any]:
+        """The leased rows as the claim returns them; bind ``ids``."""
+        ids: Any = bindparam("ids", expanding=True)
+        return select(*self.claim_columns()).where(outbox.c.id.in_(ids))
+
+    def claim_unordered(
+        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+    ) -> list[Row[Any]]:
+        ids: list[int] = []
+        for due in (self.lease_expired(), self.pending_due()):
+            if len(ids) < limit:
+                ids += conn.execute(self.pick_statement(due, limit - len(ids))).scalars().all()
+        return self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
+
+    def lease_ids(
+        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
+    ) -> list[Row[Any]]:
+        if not ids:
+            return []
+        leased = conn.execute(
+            self.lease_statement(worker=worker, lease_seconds=lease_seconds), {"ids": ids}
+        ).rowcount
+        # The ids are row-locked by this transaction: nobody can have changed them meanwhile.
+        assert leased == len(ids), f"leased {leased} of {len(ids)} locked rows"
+        return list(conn.execute(self.claimed_statement(), {"ids": list(ids)}).all())
+
+    def bump_seq(self) -> Update:
+        """``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``."""
+        return (
+            update(outbox_sequence)
+            .where(outbox_sequence.c.ordering_key == bindparam("key"))
+            .values(last_seq=func.last_insert_id(outbox_sequence.c.last_seq + 1))
+        )
+
+    def take_seq(self) -> Insert:
+        """``INSERT … VALUES (key, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq =
+        LAST_INSERT_ID(last_seq + 1)``: a new key (or one created meanwhile)."""
+        stmt = insert(outbox_sequence).values(
+            ordering_key=bindparam("key"), last_seq=func.last_insert_id(1)
+        )
+        return stmt.on_duplicate_key_update(
+            last_seq=func.last_insert_id(outbox_sequence.c.last_seq + 1)
+        )
+
+    def last_insert_id(self) -> Select[Any]:
+        """``SELECT LAST_INSERT_ID()``: the number the statement before set, per session."""
+        return select(func.last_insert_id())
+
+    def next_seq(self, conn: Connection, key: str) -> int:
+        """The row lock of an existing key is a plain UPDATE; only a key's first writer
+        inserts, which is where InnoDB can pick a deadlock victim among racing inserters (it
+        rolls the whole transaction back: the caller retries the transaction)."""
+        if conn.execute(self.bump_seq(), {"key": key}).rowcount == 0:
+            conn.execute(self.take_seq(), {"key": key})
+        seq = int(conn.execute(self.last_insert_id()).scalar_one())
+        if seq == 1:
+            conn.execute(self.start_progress(), {"key": key})
+        return seq
+
+    def reserve_key(self) -> Insert:
+        """``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it)."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
+        return stmt.on_duplicate_key_update(last_seq=outbox_sequence.c.last_seq)
+
+    def start_progress(self) -> Insert:
+        """``INSERT IGNORE … (key, 0)`` into ``outbox_progress``."""
+        return (
+            insert(outbox_progress)
+            .values(ordering_key=bindparam("key"), sent_seq=0)
+            .prefix_with("IGNORE")
+        )
+
+    def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
+        """Delete up to ``limit`` sent rows older than the retention, oldest first.
+
+        MySQL refuses a LIMIT inside ``IN (subquery)`` and a sub-select of the table being
+        deleted from; a derived table (materialized first) is allowed.
+        """
+        victims = (
+            select(outbox.c.id)
+            .where(
+                outbox.c.status == SENT,
+                self.seconds_since(outbox.c.sent_at) > older_than_seconds,
+            )
+            .order_by(outbox.c.id)
+            .limit(limit)
+            .subquery("victims")
+        )
+        return delete(outbox).where(outbox.c.id.in_(select(victims.c.id)))

@@ -1,0 +1,117 @@
+"""SQLite (>= 3.35): one ``UPDATE … RETURNING`` claim inside a write transaction.
+
+SQLite has one writer at a time, so it needs no SKIP LOCKED: the store's engine opens every
+transaction with ``BEGIN IMMEDIATE`` (``relay.store.engine.create_engine``), which takes the write
+lock up front and waits for it under the busy timeout, and the claim's sub-select and update
+then run under that lock. Correctness does not hang on the hook: a single UPDATE statement is
+serializable in SQLite anyway; without the hook a racing claimer would get "database is
+locked" instead of waiting.
+
+Times are UTC text in SQLAlchemy's layout (see ``relay.store.timestamps``), so they compare as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    Row,
+    Select,
+    Update,
+    bindparam,
+    func,
+    literal,
+    literal_column,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects.sqlite import Insert, insert
+from sqlalchemy.sql.dml import ReturningInsert
+
+from relay.store.dialects.base import Dialect, cached
+from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
+
+
+class SQLiteDialect(Dialect):
+    """SQLite >= 3.35 (``RETURNING``), one host, WAL."""
+
+    name: ClassVar[str] = "sqlite"
+
+    def now(self) -> ColumnElement[datetime]:
+        """``strftime('%Y-%m-%d %H:%M:%f000', 'now')``: UTC, fixed for the whole statement."""
+        return utc_now()
+
+    def now_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
+        """``strftime(<layout>, 'now', printf('%+.6f seconds', seconds))``."""
+        return func.strftime(
+            literal(SQLITE_FORMAT),
+            literal_column("'now'"),
+            func.printf(literal("%+.6f seconds"), seconds),
+            type_=UtcDateTime(),
+        )
+
+    def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
+        """``(julianday('now') - julianday(column)) * 86400``."""
+        days = func.julianday(literal_column("'now'")) - func.julianday(column)
+        return type_coerce(days * literal_column("86400.0"), Float)
+
+    @cached
+    def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
+        """Lease the claimable rows :meth:`unordered_ids` picks, returning them."""
+        picked = self.unordered_ids(limit).scalar_subquery()
+        return (
+            update(outbox)
+            .where(outbox.c.id.in_(picked))
+            .values(**self.lease_values(worker, lease_seconds))
+            .returning(*self.claim_columns())
+        )
+
+    def claim_unordered(
+        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+    ) -> list[Row[Any]]:
+        stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
+        return list(conn.execute(stmt).all())
+
+    def lock(self, stmt: Select[Any]) -> Select[Any]:
+        """Unchanged: the transaction already holds the database's write lock."""
+        return stmt
+
+    @cached
+    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
+        """Lease the rows bound as ``ids``, returning them."""
+        return (
+            update(outbox)
+            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
+            .values(**self.lease_values(worker, lease_seconds))
+            .returning(*self.claim_columns())
+        )
+
+    def lease_ids(
+        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
+    ) -> list[Row[Any]]:
+        stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
+        return list(conn.execute(stmt, {"ids": list(ids)}).all())
+
+    def take_seq(self) -> ReturningInsert[Any]:
+        """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=1)
+        return stmt.on_conflict_do_update(
+            index_elements=[outbox_sequence.c.ordering_key],
+            set_={"last_seq": outbox_sequence.c.last_seq + 1},
+        ).returning(outbox_sequence.c.last_seq)
+
+    def reserve_key(self) -> Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes."""
+        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
+        return stmt.on_conflict_do_nothing(index_elements=[outbox_sequence.c.ordering_key])
+
+    def start_progress(self) -> Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
+        stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
+        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])

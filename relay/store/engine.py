@@ -1,0 +1,114 @@
+"""Engines for the outbox database, tuned per dialect: URL normalisation (the drivers this
+package installs), SQLite pragmas and ``BEGIN IMMEDIATE``, MySQL/MariaDB isolation.
+
+``relay.store.dispatch`` builds its engine here; so do the migrations and the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy import exc as sa_exc
+
+from relay.exceptions import ConfigError, StoreError
+from relay.urls import redact
+
+_DEFAULT_DRIVERS = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+
+
+#: Drivers an extra of this package installs, by module: named when the import fails.
+_EXTRAS = {"pymysql": " (pip install 'celery-outbox-relay[mysql]')"}
+
+
+def normalize_url(url: str) -> str:
+    """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
+
+
+def create_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for the outbox database, tuned per dialect.
+
+    SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
+    writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
+    claim's locking reads take no gap locks that would block producers' INSERTs.
+    """
+    url = normalize_url(url)
+    options: dict[str, Any] = {"pool_pre_ping": True, "json_deserializer": json_loads}
+    if url.startswith("sqlite"):
+        options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
+    elif url.startswith(("mysql", "mariadb")):
+        options["isolation_level"] = "READ COMMITTED"
+    options.update(kwargs)
+    try:
+        engine = sa.create_engine(url, **options)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        # The URL does not parse (a port that is not a number, an unknown dialect): the
+        # setting is wrong, and saying so beats a traceback.
+        raise ConfigError(f"RELAY_DATABASE_URL={redact(url)!r}: {redact(str(exc))}") from exc
+    except ImportError as exc:
+        hint = _EXTRAS.get(getattr(exc, "name", None) or "", "")
+        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}{hint}") from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_begin_immediate)
+    return engine
+
+
+_DECODER = json.JSONDecoder()
+
+
+def json_loads(data: str | bytes) -> Any:
+    """``json.loads`` without its per-call set-up (finding the encoding of bytes, building the
+    call): the database hands JSON columns over as UTF-8. Every claimed row decodes two of
+    them, payload and headers (the store, from the claim's text): 9 + 4.5 µs with
+    ``json.loads``, 5.7 + 2 µs this way, as a loader psycopg calls back; 2 + 1 from text."""
+    return _DECODER.decode(data if isinstance(data, str) else bytes(data).decode())
+
+
+def json_loads_many(texts: Sequence[str | None]) -> list[Any]:
+    """Decode many JSON texts (None: SQL NULL) in one call, as ``[json_loads(t) ...]`` would.
+
+    A claim decodes two texts per row; joined into one JSON array they cost one pass of the C
+    scanner instead of a Python call each (1.4 against 2.5 µs a row). A text that is not one
+    JSON value (SQLite stores whatever plain SQL wrote) would shift the values: the count is
+    checked, and on any doubt each text is decoded alone, so a bad one fails as it would."""
+    joined = "[" + ",".join("null" if t is None else t for t in texts) + "]"
+    try:
+        values = _DECODER.decode(joined)
+    except ValueError:
+        values = None
+    if isinstance(values, list) and len(values) == len(texts):
+        return values
+    return [None if t is None else json_loads(t) for t in texts]
+
+
+#: How long a SQLite writer waits for the lock before "database is locked".
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own BEGIN is deferred and skipped before SELECTs; SQLAlchemy's "begin" event
+    # emits ours instead (the recipe in SQLAlchemy's SQLite docs).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _sqlite_begin_immediate(conn: Connection) -> None:
+    # A deferred transaction that reads and then writes fails at once with SQLITE_BUSY when
+    # another process wrote meanwhile (the busy timeout does not apply); taking the write lock
+    # up front makes it wait its turn instead.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,80 @@
+"""Which outbox rows an operator means: one filter for the CLI, the console and its API; pure.
+
+A filter selects by ids, an event-type pattern, an ordering key, a text in the last error and
+a creation-time window; an action (retry, purge) that selects nothing refuses to run unless
+the operator said ``all``. The SQL it becomes lives with the statements
+(``relay.store.dialects.base.Dialect.matching``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from relay.exceptions import SelectorError
+from relay.records import Status
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Rows of some statuses matching every selector given (none given: every row)."""
+
+    statuses: tuple[Status, ...] = ()
+    ids: tuple[int, ...] = ()
+    #: Glob over ``event_type``: ``*`` any run of characters, ``?`` one (``order.*``).
+    event_type: str | None = None
+    #: The exact ordering key.
+    key: str | None = None
+    #: Text the last error contains, case-insensitive.
+    error: str | None = None
+    #: Created at or after: a time, or a duration before the database's now.
+    since: datetime | timedelta | None = None
+    #: Created before: a time, or a duration before the database's now.
+    until: datetime | timedelta | None = None
+    #: Every row of the statuses, explicitly (an action refuses an empty selector without it).
+    all: bool = False
+
+    @property
+    def selects(self) -> bool:
+        """Whether any selector beyond the statuses was given."""
+        given = (self.event_type, self.key, self.error, self.since, self.until)
+        return bool(self.ids) or any(v is not None for v in given)
+
+    def for_action(self, verb: str) -> EventFilter:
+        """This filter, checked for an action that changes rows: it must select or say all."""
+        if not self.selects and not self.all:
+            raise SelectorError(
+                f"refusing to {verb} without a selector: give ids, a filter "
+                "(event type, key, error, since, until) or all"
+            )
+        if self.selects and self.all:
+            raise SelectorError("give either a selector or all, not both")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The selectors given, as JSON values (a duration as ``"7200s"`` ago): for the audit."""
+        out: dict[str, Any] = {"statuses": [s.value for s in self.statuses]}
+        if self.ids:
+            out["ids"] = list(self.ids)
+        for name in ("event_type", "key", "error"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        for name in ("since", "until"):
+            when = getattr(self, name)
+            if isinstance(when, timedelta):
+                out[name] = f"{when.total_seconds():g}s"
+            elif when is not None:
+                out[name] = when.isoformat()
+        if self.all:
+            out["all"] = True
+        return out
+
+
+def like_pattern(glob: str) -> str:
+    """``order.*`` -> ``order.%`` for ``LIKE … ESCAPE '\\'`` (LIKE's own wildcards escaped)."""
+    escaped = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
+
+
+__all__ = ["EventFilter", "like_pattern"]
