@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.exceptions import BrokerUnavailable
+from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent, PublishResult
@@ -35,9 +36,9 @@ class InMemoryPublisher:
             result.unavailable.extend(events)
             result.error = BrokerUnavailable("broker unavailable: simulated outage")
             return result
-        stopped: set[str | None] = set()  # as the real publishers: a key's run stops there
+        guard = RunGuard()  # as the real publishers: a key's run stops at a refusal
         for event in events:
-            if event.seq is not None and event.ordering_key in stopped:
+            if guard.stopped and guard.holds(event):
                 result.withheld.append(event)
                 continue
             if event.event_type in self.unroutable:
@@ -49,8 +50,7 @@ class InMemoryPublisher:
                 self.messages.append(message.build(event))
                 result.confirmed.append(event)
                 continue
-            if event.seq is not None:
-                stopped.add(event.ordering_key)
+            guard.failed(event)
         return result
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import kombu
 
 from relay.exceptions import BrokerUnavailable, PublishError
+from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.base import KombuPublisher, describe, unroutable
 from relay.publishers.frames import BatchEncoder
@@ -60,10 +61,10 @@ class AmqpPublisher(KombuPublisher):
         self._pending.clear()
         self._floor = self._next_tag
         self._acked, self._nacked, self._returned = [], [], {}
-        stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
+        guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
         frames: list[bytes] = []
         for event in events:
-            if event.seq is not None and event.ordering_key in stopped:
+            if guard.stopped and guard.holds(event):
                 result.withheld.append(event)
                 continue
             try:
@@ -74,8 +75,7 @@ class AmqpPublisher(KombuPublisher):
                 # Nothing of this message was written: only this row (e.g. a header key over
                 # 255 bytes, written by plain SQL) is at fault, and it fails alone.
                 result.rejected.append((event, str(exc)))
-                if event.seq is not None:
-                    stopped.add(event.ordering_key)
+                guard.failed(event)
                 continue
             self._pending[self._next_tag] = event
             self._next_tag += 1

@@ -13,6 +13,7 @@ from typing import Any
 import kombu
 from kombu.utils import json as kombu_json
 
+from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.base import KombuPublisher, kombu_message, unroutable
 from relay.records import ClaimedEvent, PublishResult
@@ -33,10 +34,10 @@ class VirtualPublisher(KombuPublisher):
         kind = channel.typeof(name)
         routes: dict[str, list[str]] = {}
         ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
-        stopped: set[str | None] = set()  # keys whose run failed here: the rest waits
+        guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
         tasks: list[tuple[ClaimedEvent, message.OutgoingMessage]] = []
         for event in events:
-            if event.seq is not None and event.ordering_key in stopped:
+            if guard.stopped and guard.holds(event):
                 result.withheld.append(event)
                 continue
             msg = message.build(event)
@@ -54,8 +55,7 @@ class VirtualPublisher(KombuPublisher):
                 ready.append((event, msg, queues))
             else:
                 result.rejected.append((event, unroutable(msg.routing_key, name)))
-                if event.seq is not None:
-                    stopped.add(event.ordering_key)
+                guard.failed(event)
         for event, msg in tasks:
             task_exchange = kombu.Exchange(msg.exchange or "")
             kombu.Producer(channel, exchange=task_exchange, auto_declare=False).publish(

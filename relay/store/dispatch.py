@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
+from relay import ordering
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.records import Buried, ClaimedEvent, Released, Rescheduled, Status, StatusReport
 from relay.store import dialects
@@ -161,15 +162,11 @@ class Store:
         lease was lost ends its key's run there. Returns how many rows were marked."""
         keys = sorted({str(e.ordering_key) for e in sent})
         progress = dict(conn.execute(self.dialect.progress_statement(), {"keys": keys}).all())
-        runs: dict[str, list[ClaimedEvent]] = {}
-        for event in sorted(sent, key=lambda e: (str(e.ordering_key), e.seq or 0)):
-            key = str(event.ordering_key)
+        for key in keys:
             if key not in progress:  # numbered by hand without a progress row: start one
                 conn.execute(self.dialect.start_progress(), {"key": key})
                 progress[key] = 0
-            run = runs.setdefault(key, [])
-            if event.seq == int(progress[key]) + len(run) + 1:
-                run.append(event)
+        runs = ordering.sendable_runs(sent, progress)
         marked = [e for run in runs.values() for e in run]
         if not marked:
             return 0

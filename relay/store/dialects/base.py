@@ -48,6 +48,7 @@ from sqlalchemy import (
     update,
 )
 
+from relay.ordering import cut_runs
 from relay.records import Status
 from relay.store.filters import EventFilter, like_pattern
 from relay.store.schema import PARTIAL_INDEX_DIALECTS, audit, outbox, outbox_progress
@@ -662,16 +663,3 @@ class Dialect:
             .limit(limit)
         )
         return delete(outbox).where(outbox.c.id.in_(victims.scalar_subquery()))
-
-
-def cut_runs(heads: Sequence[Any], found: Sequence[Any]) -> list[int]:
-    """Ids of ``found`` rows that extend their head's run without a gap, in key order: a run
-    stops at the first number missing (uncommitted, locked by another claimer, not due)."""
-    by_place = {(r.ordering_key, r.seq): r.id for r in found}
-    ids: list[int] = []
-    for head in heads:
-        seq = head.seq + 1
-        while (head.ordering_key, seq) in by_place:
-            ids.append(by_place[(head.ordering_key, seq)])
-            seq += 1
-    return ids

@@ -1,0 +1,128 @@
+"""Per-key ordering, in one place: cutting a key's run, holding back after a failure, and what
+may be marked sent (DESIGN.md §4, docs/ordering.md).
+
+A row with an ``ordering_key`` carries ``seq``, its number within the key (taken at enqueue);
+an unordered row has ``seq`` None and none of this applies to it. A key's rows are published
+strictly in ``seq`` order and marked sent only up to the first one that did not go through,
+so nothing overtakes a failed row. Pure: no I/O, no clock, no third-party import; the store,
+the publishers and the dispatcher call these functions instead of reasoning about ``seq``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from relay.records import ClaimedEvent, PublishResult
+
+#: Why the rows behind a key's failed (or lost) row are given back without spending an attempt.
+BEHIND_A_FAILURE = "an earlier row of its ordering key failed in the same batch"
+
+
+def cut_runs(heads: Sequence[Any], found: Sequence[Any]) -> list[int]:
+    """Ids of ``found`` rows that extend their head's run without a gap, in key order: a run
+    stops at the first number missing (uncommitted, locked by another claimer, not due).
+
+    ``heads`` and ``found`` are rows with ``id``, ``ordering_key`` and ``seq`` attributes."""
+    by_place = {(r.ordering_key, r.seq): r.id for r in found}
+    ids: list[int] = []
+    for head in heads:
+        seq = head.seq + 1
+        while (head.ordering_key, seq) in by_place:
+            ids.append(by_place[(head.ordering_key, seq)])
+            seq += 1
+    return ids
+
+
+class RunGuard:
+    """One publish's memory of the keys whose run failed in it: a publisher asks
+    :meth:`holds` before it sends an event and calls :meth:`failed` when one is refused before
+    it reached the broker, so a later row of that key is withheld instead of overtaking it.
+
+    ``stopped`` stays empty (falsy) until a failure, so the happy path costs a publisher one
+    truth test per event: ``if guard.stopped and guard.holds(event)``."""
+
+    __slots__ = ("stopped",)
+
+    def __init__(self) -> None:
+        #: Keys whose run stopped at a failure in this publish.
+        self.stopped: set[str | None] = set()
+
+    def holds(self, event: ClaimedEvent) -> bool:
+        """Whether ``event`` must not be published: an earlier row of its key failed."""
+        return event.seq is not None and event.ordering_key in self.stopped
+
+    def failed(self, event: ClaimedEvent) -> None:
+        """``event`` was refused before reaching the broker: its key's run stops here."""
+        if event.seq is not None:
+            self.stopped.add(event.ordering_key)
+
+
+def hold_back_after_failures(result: PublishResult) -> list[ClaimedEvent]:
+    """Take out of ``result`` every row of an ordering key that comes after the key's first
+    row that did not go through (rejected, withheld or unavailable), and return them: a key's
+    rows are marked sent only up to its first failure, so nothing overtakes the failed row.
+
+    With confirms awaited per batch, rows after a nacked or returned one may have reached the
+    broker already; they are given back and published again after it (duplicates, in order).
+    A batch where everything was confirmed costs nothing here.
+    """
+    if not (result.rejected or result.withheld or result.unavailable):
+        return []
+    everything = [*result.confirmed, *(e for e, _ in result.rejected), *result.withheld]
+    failures = [*(e for e, _ in result.rejected), *result.withheld, *result.unavailable]
+    first_failure: dict[str | None, int] = {}
+    for event in failures:
+        if event.seq is not None:
+            seen = first_failure.get(event.ordering_key)
+            if seen is None or event.seq < seen:
+                first_failure[event.ordering_key] = event.seq
+    result.withheld = []
+    if not first_failure:
+        return []
+
+    def behind(event: ClaimedEvent) -> bool:
+        first = first_failure.get(event.ordering_key)
+        return event.seq is not None and first is not None and event.seq > first
+
+    held_back = [e for e in everything if behind(e)]
+    result.confirmed = [e for e in result.confirmed if not behind(e)]
+    result.rejected = [(e, err) for e, err in result.rejected if not behind(e)]
+    return held_back
+
+
+def broken_runs(events: Iterable[ClaimedEvent], kept: Sequence[ClaimedEvent]) -> list[ClaimedEvent]:
+    """The rows of ``kept`` to give up because their key lost a row of ``events`` (the batch
+    before a lease re-check): another worker took that row, and these come after it."""
+    kept_ids = {e.id for e in kept}
+    broken = {e.ordering_key for e in events if e.seq is not None and e.id not in kept_ids}
+    if not broken:
+        return []
+    return [e for e in kept if e.seq is not None and e.ordering_key in broken]
+
+
+def sendable_runs(
+    sent: Iterable[ClaimedEvent], progress: Mapping[str, int]
+) -> dict[str, list[ClaimedEvent]]:
+    """Per key, the confirmed ordered rows that may be marked sent: those that continue the
+    key's ``progress`` (its last sent ``seq``) without a gap, in ``seq`` order. A key's sent
+    rows are then always exactly those up to its progress; a row after a gap waits.
+
+    ``progress`` must hold every key of ``sent`` (0 for a key with nothing sent yet)."""
+    runs: dict[str, list[ClaimedEvent]] = {}
+    for event in sorted(sent, key=lambda e: (str(e.ordering_key), e.seq or 0)):
+        key = str(event.ordering_key)
+        run = runs.setdefault(key, [])
+        if event.seq == int(progress[key]) + len(run) + 1:
+            run.append(event)
+    return runs
+
+
+__all__ = [
+    "BEHIND_A_FAILURE",
+    "RunGuard",
+    "broken_runs",
+    "cut_runs",
+    "hold_back_after_failures",
+    "sendable_runs",
+]
