@@ -1,5 +1,5 @@
-"""Pure decisions: backoff, the next state after an attempt, the broker circuit breaker, the
-size of the next claim.
+"""Pure decisions: backoff (of a row's attempts, and of the process-level retry loops), the next
+state after an attempt, the broker circuit breaker, the size of the next claim.
 
 Time and randomness are passed in; nothing here reads a clock or does I/O.
 """
@@ -85,6 +85,31 @@ class CircuitBreaker:
     def remaining(self, now: float) -> float:
         """Seconds until a claim may be attempted again (0 when closed)."""
         return max(0.0, self.open_until - now)
+
+
+@dataclass(slots=True)
+class Backoff:
+    """The waits of a process-level retry loop (recording outcomes, ``dispatch --loop`` while
+    the database is down, the listener's reconnect): ``first``, then doubling, capped at
+    ``most``; :meth:`reset` after a success. No jitter: each loop is one per process, so
+    there is no herd to spread. The caller waits (sleep, or an event it can be woken from)."""
+
+    first: float
+    most: float
+    _next: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self._next = self.first
+
+    def next(self) -> float:
+        """The wait before the next try; the one after it doubles, up to ``most``."""
+        wait = self._next
+        self._next = min(self.most, wait * 2)
+        return wait
+
+    def reset(self) -> None:
+        """A try succeeded: the next failure waits ``first`` again."""
+        self._next = self.first
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 
 from relay import timing
 from relay.exceptions import StoreError
+from relay.policy import Backoff
 from relay.store.dispatch import Store
 from relay.store.engine import normalize_url
 from relay.urls import redact
@@ -98,7 +99,7 @@ class Listener:
 
     def run(self) -> None:
         """Listen, reconnecting with backoff, until :meth:`stop`."""
-        delay = timing.LISTEN_RETRY_FIRST_SECONDS
+        backoff = Backoff(timing.LISTEN_RETRY_FIRST_SECONDS, timing.LISTEN_RETRY_MAX_SECONDS)
         lost_at: float | None = None
         while not self._stop.is_set():
             try:
@@ -123,11 +124,13 @@ class Listener:
                             time.monotonic() - lost_at,
                         )
                         self.on_notify()
-                    lost_at, delay = None, timing.LISTEN_RETRY_FIRST_SECONDS
+                    lost_at = None
+                    backoff.reset()
                     self._serve(conn)
             except Exception as exc:  # whatever broke the session: listen again, never die
                 self.listening.clear()
                 lost_at = time.monotonic() if lost_at is None else lost_at
+                delay = backoff.next()
                 log.warning(
                     "relay listener lost its connection (%s), reconnecting in %.1fs: %s",
                     self._where,
@@ -135,7 +138,6 @@ class Listener:
                     redact(str(exc).strip()),
                 )
                 self._stop.wait(delay)
-                delay = min(delay * 2, timing.LISTEN_RETRY_MAX_SECONDS)
         self.listening.clear()
 
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:

@@ -24,6 +24,7 @@ def _loaded_after_import(module: str) -> set[str]:
     ("module", "forbidden"),
     [
         ("relay.policy", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
+        ("relay.ordering", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
         ("relay.store.dispatch", {"kombu", "celery", "amqp"}),
@@ -37,6 +38,7 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.publishers.transports", {"sqlalchemy", "celery"}),
         ("relay", {"celery", "kombu"}),
         ("relay.dispatch.dispatcher", {"celery", "prometheus_client", "opentelemetry"}),
+        ("relay.dispatch.cycle", {"celery", "prometheus_client", "opentelemetry"}),
         (
             "relay.observe.observers",
             {"sqlalchemy", "kombu", "celery", "prometheus_client", "opentelemetry"},

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relay.dispatch.dispatcher import hold_back_after_failures
+from relay.ordering import hold_back_after_failures
 from relay.records import ClaimedEvent, PublishResult
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)

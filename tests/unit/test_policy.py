@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relay.policy import BatchSizer, CircuitBreaker, RetryPolicy, backoff_seconds
+from relay.policy import Backoff, BatchSizer, CircuitBreaker, RetryPolicy, backoff_seconds
 from relay.records import Buried, ClaimedEvent, Rescheduled
 
 
@@ -108,3 +108,28 @@ def test_claims_never_grow_when_the_most_is_the_batch_size() -> None:
     for _ in range(5):
         sizer.claimed(sizer.size, sizer.size)
         assert sizer.size == 50
+
+
+@pytest.mark.parametrize(
+    ("first", "most", "tries", "waits"),
+    [
+        (0.1, 5.0, 4, [0.1, 0.2, 0.4, 0.8]),
+        (0.1, 0.3, 4, [0.1, 0.2, 0.3, 0.3]),
+        (1.0, 1.0, 3, [1.0, 1.0, 1.0]),
+    ],
+)
+def test_retry_loop_waits_double_up_to_the_cap(
+    first: float, most: float, tries: int, waits: list[float]
+) -> None:
+    """A process-level retry loop waits first, then twice as long each time, never past most."""
+    backoff = Backoff(first, most)
+    assert [backoff.next() for _ in range(tries)] == pytest.approx(waits)
+
+
+def test_retry_loop_waits_start_again_after_a_success() -> None:
+    """After reset (a try succeeded) the next failure waits the first wait again."""
+    backoff = Backoff(0.5, 8.0)
+    for _ in range(5):
+        backoff.next()
+    backoff.reset()
+    assert backoff.next() == 0.5
