@@ -176,7 +176,10 @@ class Poller:
 
     It looks ``floor`` seconds after finding rows, doubling the wait after each look that found
     none, up to ``ceiling`` (the tick): idle, it costs one bounded count of the claim index per
-    ceiling. A look that fails is logged and retried at the next one.
+    ceiling. A look that fails for a passing reason (the database unreachable) is logged and
+    retried at the next one; one that retrying cannot mend (the outbox table missing, a
+    permission revoked) stops the poller with an ERROR log and is kept in :attr:`error`,
+    instead of the same warning every ceiling for ever.
     """
 
     def __init__(
@@ -188,6 +191,8 @@ class Poller:
         self.poll = timing.IdlePoll(floor, ceiling, hold=math.ceil(ceiling / floor))
         #: Looks so far, and how many found rows.
         self.looks = self.found = 0
+        #: The non-retryable error that stopped the poller, if one did.
+        self.error: StoreError | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -207,6 +212,10 @@ class Poller:
             try:
                 rows = self.store.backlog(1)
             except StoreError as exc:
+                if not exc.retryable:
+                    self.error = exc
+                    log.error("relay poller stopped: looking for new rows cannot succeed: %s", exc)
+                    return
                 log.warning("relay poller could not look for new rows: %s", exc)
                 continue
             if rows:

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.dispatch.listener import Listener
+from relay.dispatch.listener import Listener, Poller
+from relay.exceptions import StoreError
+from relay.store.dispatch import Store
 from tests.support.env import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -135,3 +137,24 @@ def test_exclusive_listeners_take_turns(pg_url: str, pg_engine: sa.Engine) -> No
 def _rings_again(bell: Bell, within: float) -> bool:
     bell.rung.clear()
     return bell.rung.wait(within)
+
+
+def test_poller_stops_with_an_error_when_its_look_cannot_succeed(
+    pg_engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A non-retryable database error (the outbox table dropped) stops the poller with one
+    ERROR log and keeps the error, instead of warning at every look for ever."""
+    with pg_engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE outbox CASCADE"))
+    found = Bell()
+    poller = Poller(Store(pg_engine), found, floor=0.01, ceiling=0.02)
+    with caplog.at_level(logging.WARNING, logger="relay.dispatch.listener"):
+        poller.start()
+        assert poller._thread is not None
+        poller._thread.join(10)
+        assert not poller._thread.is_alive()
+    assert isinstance(poller.error, StoreError)
+    assert not poller.error.retryable
+    assert poller.looks == 1
+    assert found.count == 0
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
