@@ -95,7 +95,8 @@ def broken_runs(events: Iterable[ClaimedEvent], kept: Sequence[ClaimedEvent]) ->
     """The rows of ``kept`` to give up because their key lost a row of ``events`` (the batch
     before a lease re-check): another worker took that row, and these come after it."""
     kept_ids = {e.id for e in kept}
-    broken = {e.ordering_key for e in events if e.seq is not None and e.id not in kept_ids}
+    lost = {e.ordering_key for e in events if e.id not in kept_ids}
+    broken = {e.ordering_key for e in events if e.seq is not None} & lost
     if not broken:
         return []
     return [e for e in kept if e.seq is not None and e.ordering_key in broken]
