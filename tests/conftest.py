@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Iterator
 
@@ -11,8 +12,31 @@ import sqlalchemy as sa
 from relay.config import Settings
 from relay.store.dispatch import Store
 from relay.store.engine import create_engine
-from tests.support import databases, services
-from tests.support.broker import Collector
+from tests.support import databases, guard, services
+from tests.support.broker import Collector, remove
+
+#: The shared server's start time when the run began (None: not reachable, nothing to guard).
+_PG_STARTED = pytest.StashKey[dt.datetime | None]()
+#: What the guard found at the end of the run.
+_PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_PG_STARTED] = guard.postmaster_started()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run when it stopped the shared PostgreSQL server or left a database behind
+    (session fixtures are torn down by now)."""
+    found = guard.problems(session.config.stash.get(_PG_STARTED, None))
+    session.config.stash[_PROBLEMS] = found
+    if found:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for problem in terminalreporter.config.stash.get(_PROBLEMS, []):
+        terminalreporter.write_line(f"ERROR (machine not left as found): {problem}", red=True)
 
 
 @pytest.fixture(scope="session")
@@ -60,10 +84,18 @@ def redis_url() -> str:
     return services.REDIS_URL
 
 
+#: Queues tests name after their exchange (the collector's, consumers' and their dead letters).
+EXCHANGE_QUEUES = (".q", ".consumer", ".consumer.dead", ".traced", ".traced.dead")
+
+
 @pytest.fixture
-def exchange_name() -> str:
-    """A unique exchange per test, so tests never see each other's messages."""
-    return f"relay.test.{uuid.uuid4().hex[:10]}"
+def exchange_name() -> Iterator[str]:
+    """A unique exchange per test, so tests never see each other's messages; removed from
+    RabbitMQ afterwards with the queues named after it, also when the test failed."""
+    name = f"relay.test.{uuid.uuid4().hex[:10]}"
+    yield name
+    if services.reachable(services.AMQP_URL):
+        remove(services.AMQP_URL, exchange=name, queues=[name + s for s in EXCHANGE_QUEUES])
 
 
 @pytest.fixture

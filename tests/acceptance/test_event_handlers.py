@@ -19,6 +19,7 @@ import relay
 from relay.config import Settings
 from relay.store.schema import inbox
 from tests.support import events_app, relaying
+from tests.support.broker import remove
 from tests.support.celery_fleet import CELERY_BIN, Proc, unique_queue
 from tests.support.env import wait_until
 
@@ -30,6 +31,14 @@ def handled_db(engine: sa.Engine) -> sa.Engine:
     """The outbox database also holds the handler's table (and the inbox, migrated)."""
     events_app.metadata.create_all(engine)
     return engine
+
+
+@pytest.fixture
+def queue(amqp_url: str) -> Iterator[str]:
+    """The handlers' queue; removed afterwards with its dead letters and the worker's task queue."""
+    name = unique_queue()
+    yield name
+    remove(amqp_url, queues=[name, f"{name}.dead", f"{name}.tasks"])
 
 
 @pytest.fixture
@@ -94,11 +103,15 @@ def _relay_cli(settings: Settings, *args: str) -> str:
 
 @pytest.mark.slow
 def test_each_event_takes_effect_once_across_two_sigkills(
-    pg_url: str, amqp_url: str, handled_db: sa.Engine, settings: Settings, tmp_path: Path
+    pg_url: str,
+    amqp_url: str,
+    handled_db: sa.Engine,
+    settings: Settings,
+    queue: str,
+    tmp_path: Path,
 ) -> None:
     """5,000 events; the worker is SIGKILLed mid-stream twice and restarted: every event's row
     exists exactly once although unacknowledged messages were redelivered."""
-    queue = unique_queue()
     total = 5000
     with worker(pg_url, amqp_url, settings.exchange, queue, tmp_path, "w1") as first:
         _publish(handled_db, settings, [{"n": n} for n in range(total)])
@@ -123,12 +136,16 @@ def test_each_event_takes_effect_once_across_two_sigkills(
 
 
 def test_poison_events_are_dead_lettered_and_redriven(
-    pg_url: str, amqp_url: str, handled_db: sa.Engine, settings: Settings, tmp_path: Path
+    pg_url: str,
+    amqp_url: str,
+    handled_db: sa.Engine,
+    settings: Settings,
+    queue: str,
+    tmp_path: Path,
 ) -> None:
     """Three poison events among 100 go to <queue>.dead after 3 attempts while the others are
     handled once; `relay inbox dead` lists them; once cured, `relay inbox redrive` puts them
     back and they are handled once."""
-    queue = unique_queue()
     payloads: list[dict[str, object]] = [{"n": n} for n in range(100)]
     for n in (10, 50, 90):
         payloads[n] = {"n": n, "poison": True}

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from tests.support import databases, services
+from tests.support import services
 from tests.support.broker import Collector
 from tests.support.env import wait_until
 from tests.support.fleet import (
@@ -24,6 +22,7 @@ from tests.support.fleet import (
     ids_with_status,
     report,
 )
+from tests.support.pgserver import PgServer, accepts_connections
 
 BATCH = 100
 #: Smaller batches on restart so the drain is still running when the database comes back.
@@ -99,56 +98,38 @@ def test_terminated_database_sessions_reconnect_and_lose_nothing(
     )
 
 
-def _pg_ctl(action: str) -> None:
-    version = sorted(os.listdir("/etc/postgresql"))[-1]
-    cmd = ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action]
-    subprocess.run([*cmd, "-m", "fast"] if action == "stop" else cmd, check=True, timeout=60)
-
-
-def _accepts_connections(engine: sa.Engine) -> bool:
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.OperationalError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-@pytest.mark.skipif(not os.path.isdir("/etc/postgresql"), reason="needs a local pg_ctlcluster")
 def test_database_restart_mid_drain_workers_reconnect_and_lose_nothing(
-    pg_url: str,
+    own_pg: PgServer,
+    own_pg_url: str,
+    own_engine: sa.Engine,
     amqp_url: str,
     exchange_name: str,
     collector: Collector,
-    engine: sa.Engine,
     tmp_path: Path,
-    backend_pool: databases.BackendPool,
 ) -> None:
-    """PostgreSQL restarted while the fleet drains: workers survive, reconnect, deliver all."""
+    """PostgreSQL restarted while the fleet drains: workers survive, reconnect, deliver all.
+    The server is the test's own, so the shared one keeps serving everyone else."""
+    engine = own_engine
     # Enough rows that the fleet is still draining when the server stops: 12,000 were all sent
     # before it stopped once the per-batch statements were cached (the drain got faster).
     ids = enqueue_committed(engine, 30_000)
-    env = fleet_env(pg_url, amqp_url, exchange_name, batch_size=RESTART_BATCH)
+    env = fleet_env(own_pg_url, amqp_url, exchange_name, batch_size=RESTART_BATCH)
     fleet = Fleet(env, tmp_path)
     try:
         fleet.start(WORKERS)
         wait_until(lambda: ids_with_status(engine, "sent"), 60, "the first rows sent")
         started = time.monotonic()
         try:
-            _pg_ctl("stop")
+            own_pg.stop()
             stopped_s = time.monotonic() - started
             # The outage: the database stays down this long (not synchronisation).
             time.sleep(2.0)
         finally:
-            _pg_ctl("start")
+            own_pg.start()
         engine.dispose()
-        # The restart killed the pool's pooled admin session, which will drop this database.
-        admin = getattr(backend_pool.get("postgresql"), "admin", None)
-        if isinstance(admin, sa.Engine):
-            admin.dispose()
-        back = wait_until(lambda: _accepts_connections(engine), 60, "PostgreSQL to come back")
+        back = wait_until(lambda: accepts_connections(engine), 60, "PostgreSQL to come back")
         restart_s = time.monotonic() - started
         unsent_when_back = len(ids) - len(ids_with_status(engine, "sent"))
         wait_until(lambda: drained(engine), 60, "the drain after the restart")

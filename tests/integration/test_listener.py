@@ -97,8 +97,9 @@ def test_listener_reconnects_after_pg_terminate_backend_and_logs_it(
     with pg_engine.connect() as conn:
         killed = conn.execute(
             sa.text(
+                # Only this test's database: other runs' listeners share the server and the name.
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'relay-test-listener'"
+                "WHERE application_name = 'relay-test-listener' AND datname = current_database()"
             )
         ).scalar()
     assert killed == 1

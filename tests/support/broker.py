@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,3 +77,14 @@ class Collector:
                 self.exchange(self.channel).delete()
         finally:
             self.conn.release()
+
+
+def remove(url: str, *, exchange: str | None = None, queues: Iterable[str] = ()) -> None:
+    """Delete a test's queues and exchange from the broker at ``url`` (absent ones included:
+    RabbitMQ deletes idempotently), so a run leaves no queue or exchange behind."""
+    with kombu.Connection(url, connect_timeout=3) as conn, suppress(*conn.channel_errors):
+        channel = conn.default_channel
+        for name in queues:
+            kombu.Queue(name, channel=channel).delete()
+        if exchange is not None:
+            kombu.Exchange(exchange, channel=channel).delete()

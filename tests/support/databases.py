@@ -18,6 +18,10 @@ import sqlalchemy as sa
 from relay.store import migrate, schema
 from tests.support import services
 
+#: (admin URL, name) of each server database this session created and has not dropped yet:
+#: what :func:`sweep` looks for at the end of the run.
+CREATED: set[tuple[str, str]] = set()
+
 
 class Backend:
     """How to make a throw-away, migrated database of one kind."""
@@ -78,16 +82,22 @@ class ServerBackend(Backend):
     def require(self) -> None:
         services.require(self.service, self.admin_url)
 
-    def _create_database(self, prefix: str) -> str:
+    def _create_database(self, prefix: str, suffix: str = "") -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        CREATED.add((self.admin_url, name))
         with self.admin.connect() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE {self.q(name)}"))
+            conn.execute(sa.text(f"CREATE DATABASE {self.q(name)}{suffix}"))
         return name
 
     def prepare(self) -> None:
+        CREATED.add((self.admin_url, self.template))
         with self.admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE {self.q(self.template)}"))
-        migrate.upgrade(self.url_for(self.template))
+        try:
+            migrate.upgrade(self.url_for(self.template))
+        except BaseException:
+            self.finish()
+            raise
 
     def create_empty(self) -> str:
         return self.url_for(self._create_database("relay_e"))
@@ -96,6 +106,7 @@ class ServerBackend(Backend):
         name = sa.make_url(url).database or ""
         with self.admin.connect() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {self.q(name)}{self.drop_suffix}"))
+        CREATED.discard((self.admin_url, name))
 
     def finish(self) -> None:
         self.drop(self.url_for(self.template))
@@ -111,12 +122,7 @@ class PostgresBackend(ServerBackend):
     drop_suffix = " WITH (FORCE)"
 
     def create(self) -> str:
-        name = f"relay_t_{uuid.uuid4().hex[:12]}"
-        with self.admin.connect() as conn:
-            conn.execute(
-                sa.text(f"CREATE DATABASE {self.q(name)} TEMPLATE {self.q(self.template)}")
-            )
-        return self.url_for(name)
+        return self.url_for(self._create_database("relay_t", f" TEMPLATE {self.q(self.template)}"))
 
 
 class MySQLBackend(ServerBackend):
@@ -131,17 +137,24 @@ class MySQLBackend(ServerBackend):
 
     def create(self) -> str:
         name = self._create_database("relay_t")
-        tpl = self.q(self.template)
+        try:
+            self._clone_template(name)
+        except BaseException:
+            self.drop(self.url_for(name))
+            raise
+        return self.url_for(name)
+
+    def _clone_template(self, name: str) -> None:
+        target, tpl = self.q(name), self.q(self.template)
         with self.admin.connect() as conn:
             for table in self.TABLES:
-                conn.execute(sa.text(f"CREATE TABLE {self.q(name)}.{table} LIKE {tpl}.{table}"))
+                conn.execute(sa.text(f"CREATE TABLE {target}.{table} LIKE {tpl}.{table}"))
             conn.execute(
                 sa.text(
-                    f"INSERT INTO {self.q(name)}.relay_alembic_version "
+                    f"INSERT INTO {target}.relay_alembic_version "
                     f"SELECT * FROM {tpl}.relay_alembic_version"
                 )
             )
-        return self.url_for(name)
 
 
 class SQLiteBackend(Backend):
@@ -222,3 +235,31 @@ class BackendPool:
     def close(self) -> None:
         for backend in self._ready.values():
             backend.finish()
+
+
+def sweep() -> list[str]:
+    """Drop the databases this session created that still exist, naming each (``server:
+    name``) so the run can report them; a server that cannot be reached now is skipped."""
+    found: list[str] = []
+    for admin_url in sorted({url for url, _ in CREATED}):
+        names = {name for url, name in CREATED if url == admin_url}
+        engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        postgres = engine.dialect.name == "postgresql"
+        listing = (
+            "SELECT datname FROM pg_database"
+            if postgres
+            else "SELECT schema_name FROM information_schema.schemata"
+        )
+        quote, force = ('"', " WITH (FORCE)") if postgres else ("`", "")
+        host = sa.make_url(admin_url).render_as_string(hide_password=True)
+        try:
+            with engine.connect() as conn:
+                for name in sorted(names & set(conn.execute(sa.text(listing)).scalars())):
+                    found.append(f"{host}: {name}")
+                    conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quote}{name}{quote}{force}"))
+        except sa.exc.SQLAlchemyError:
+            # The report names what was found; a server gone away is not the run's to fix.
+            continue
+        finally:
+            engine.dispose()
+    return found

@@ -18,15 +18,28 @@ AMQP_URL = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5
 REDIS_URL = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def _connect(url: str) -> None:
+    parts = urlsplit(url)
+    assert parts.port is not None, f"the URL needs an explicit port: {url}"
+    socket.create_connection((parts.hostname or "127.0.0.1", parts.port), timeout=3).close()
+
+
+def reachable(url: str) -> bool:
+    """Whether ``url``'s server accepts TCP connections now."""
+    try:
+        _connect(url)
+    except OSError:
+        return False
+    return True
+
+
 def require(name: str, url: str) -> None:
     """Skip (locally) or fail (``CI`` set) the current test when ``url``'s server is down."""
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port
-    assert port is not None, f"{name} URL needs an explicit port: {url}"
     try:
-        socket.create_connection((host, port), timeout=3).close()
+        _connect(url)
     except OSError as exc:
-        message = f"{name} is not reachable at {host}:{port} ({exc})"
+        parts = urlsplit(url)
+        message = f"{name} is not reachable at {parts.hostname}:{parts.port} ({exc})"
         if IN_CI:
             pytest.fail(f"{message}; CI requires it", pytrace=False)
         pytest.skip(message)
