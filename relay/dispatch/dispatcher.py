@@ -28,7 +28,8 @@ from relay.observe.observers import Observer, Recorded
 from relay.policy import BatchSizer, CircuitBreaker, RetryPolicy, task_expired
 from relay.publishers import Publisher, message
 from relay.records import Buried, ClaimedEvent, PublishResult, Released, Rescheduled
-from relay.store.dispatch import Completed, Store
+from relay.store.dispatch import Completed, DispatchStore
+from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class Dispatcher:
         be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
         s = settings
         if store is None:
-            store = Store.from_url(s.database_url)
+            store = DispatchStore.from_url(s.database_url)
         if publisher is None:
             publisher = publishers.for_url(
                 s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds
