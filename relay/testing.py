@@ -138,7 +138,10 @@ class InMemoryStore:
             if len(picked) >= limit:
                 break
             if row.ordering_key is not None:
-                expected = runs.get(row.ordering_key, self.progress[row.ordering_key] + 1)
+                done = self.progress[row.ordering_key]
+                if row.seq is not None and row.seq <= done:  # sent already
+                    continue
+                expected = runs.get(row.ordering_key, done + 1)
                 if row.seq != expected or not self._due(row, now):
                     runs[row.ordering_key] = -1  # the run is cut here
                     continue

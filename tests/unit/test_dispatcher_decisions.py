@@ -122,3 +122,18 @@ def test_a_failed_head_holds_back_the_rest_of_its_key() -> None:
     assert (report.rescheduled, report.released, report.sent) == (1, 1, 0)
     assert store.rows[head].attempt == 1
     assert (store.status_of(second), store.rows[second].attempt) == (Status.PENDING, 0)
+
+
+def test_a_key_goes_out_in_order_across_batches() -> None:
+    """Batches of one: each run_once sends the key's next row, never one out of turn."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    ids = [store.add("order.step", {"n": n}, ordering_key="order-1") for n in range(3)]
+    store.add("audit.note", {"n": 9})
+    publisher = InMemoryPublisher()
+    settings = Settings(batch_size=1, batch_max=1)
+    dispatcher = Dispatcher(store, publisher, settings, clock=clock)
+    for _ in range(4):
+        dispatcher.run_once()
+    assert [i for i in publisher.ids if i in ids] == ids
+    assert {store.status_of(i) for i in ids} == {Status.SENT}
