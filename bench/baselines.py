@@ -4,9 +4,9 @@
 - **Broker**: the relay's messages (same body, headers, persistent, mandatory) published with
   raw Kombu / py-amqp and publisher confirms awaited per window of 100, 1,000 or all messages,
   or one by one; built before the clock starts, so only the transport is timed.
-- **Database**: the relay's own ``Store.claim`` + ``Store.mark_sent`` in a loop with no broker
-  (two commits per batch, exactly the relay's database work), timed by the drain clock like the
-  relay itself, on PostgreSQL, MariaDB and SQLite.
+- **Database**: the relay's own ``Store.claim`` + ``Store.complete(sent=...)`` in a loop with no
+  broker (two commits per batch, exactly the relay's database work), timed by the drain clock
+  like the relay itself, on PostgreSQL, MariaDB and SQLite.
 - **The naive relay** (a baseline, not the product): one row per transaction. SELECT one pending
   row FOR UPDATE SKIP LOCKED, publish it and wait for its confirm, mark it sent, commit; the row
   lock and the transaction stay open across the broker round trip.
@@ -257,7 +257,7 @@ def sql_worker(stop: threading.Event) -> None:
         while not stop.is_set():
             events = store.claim(worker, batch_size, 30.0)
             if events:
-                store.mark_sent(worker, events)
+                store.complete(worker, sent=events)
             if len(events) < batch_size:
                 stop.wait(idle)
     finally:
@@ -287,7 +287,15 @@ def naive_worker(stop: threading.Event) -> None:
             with engine.begin() as db:
                 row = db.execute(_PICK_ONE).mappings().first()
                 if row is not None:
-                    event = ClaimedEvent.from_row({**row, "attempt": row["attempt"] + 1})
+                    event = ClaimedEvent(
+                        row["id"],
+                        row["event_type"],
+                        row["payload"],
+                        row["headers"],
+                        row["ordering_key"],
+                        row["attempt"] + 1,
+                        row["created_at"],
+                    )
                     msg = message.build(event)
                     producer.publish(
                         msg.body,

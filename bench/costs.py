@@ -9,8 +9,8 @@
   ``RELAY_METRICS_PORT`` unset and set alternately (each repetition starts with the other mode),
   scraped every second while on; rows/s and its CPU per row. Then the dispatcher's four observer
   calls for 100-event batches in a loop, no I/O, per kind of observer, each in a fresh
-  interpreter; and one ``Store.gauges`` read (what a scrape costs the database) beside 0 and
-  then N sent rows.
+  interpreter; and one ``OperationsStore.gauges`` read (what a scrape costs the database)
+  beside 0 and then N sent rows.
 
 ``python -m bench.costs [--events 20000] [--batch 100] [--processes 1]`` prints one CPU split.
 """
@@ -38,8 +38,8 @@ from bench.timing import SERVERS, Workload, drain_once, median_ms, summarize
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
 from relay.publishers import message
-from relay.store.dispatch import Store
 from relay.store.engine import create_engine
+from relay.store.operations import OperationsStore
 
 METRICS_BATCH = 100
 #: How often the "on" runs are scraped: far more often than a Prometheus server would.
@@ -249,7 +249,7 @@ def _hooks(batches: int) -> dict[str, float]:
 def _gauge_reads(url: str, history: int, reps: int) -> dict[str, Any]:
     """Milliseconds of one gauges read, median of ``reps``, with 0 and ``history`` sent rows."""
     engine = sa.create_engine(url)
-    store = Store.from_url(url)
+    store = OperationsStore.from_url(url)
     out: dict[str, Any] = {}
     try:
         rows.clear(engine)

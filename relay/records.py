@@ -52,20 +52,6 @@ class ClaimedEvent:
             for i, (id_, event_type, _, _, key, attempt, created_at, seq) in enumerate(rows)
         ]
 
-    @classmethod
-    def from_row(cls, row: Mapping[Any, Any]) -> ClaimedEvent:
-        """Build from a mapping with the ``outbox`` column names."""
-        return cls(
-            id=int(row["id"]),
-            event_type=row["event_type"],
-            payload=row["payload"],
-            headers=row["headers"],
-            ordering_key=row["ordering_key"],
-            attempt=int(row["attempt"]),
-            created_at=row["created_at"],
-            seq=None if row.get("seq") is None else int(row["seq"]),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class Rescheduled:
@@ -91,6 +77,17 @@ class Released:
     events: list[ClaimedEvent]
     delay_seconds: float
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """How many rows each outcome statement changed; ``lost`` rows were fenced out."""
+
+    sent: int
+    rescheduled: int
+    buried: int
+    lost: int
+    released: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from relay.config import Settings
 from relay.store.dispatch import Store
 from relay.store.engine import create_engine
+from relay.store.operations import OperationsStore
 from tests.support import databases, guard, services
 from tests.support.broker import Collector, remove
 
@@ -70,6 +71,11 @@ def engine(db_url: str) -> Iterator[sa.Engine]:
 @pytest.fixture
 def store(engine: sa.Engine) -> Store:
     return Store(engine)
+
+
+@pytest.fixture
+def operations(engine: sa.Engine) -> OperationsStore:
+    return OperationsStore(engine)
 
 
 @pytest.fixture

@@ -81,9 +81,9 @@ def _serve_metrics(app: Celery, settings: Settings) -> Callable[..., None]:
         from sqlalchemy.pool import NullPool
 
         from relay.observe import metrics
-        from relay.store.dispatch import Store
+        from relay.store.operations import OperationsStore
 
-        store = Store.from_url(settings.database_url, poolclass=NullPool)
+        store = OperationsStore.from_url(settings.database_url, poolclass=NullPool)
         metrics.serve_worker(settings.metrics_port, store)
 
     return start
@@ -130,11 +130,11 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         def work() -> None:
             nonlocal extra
             dispatcher = runtime.dispatcher()
-            dispatcher.store.beat(TICK)  # `relay doctor` tells how long ago beat last ticked
+            runtime.operations().beat(TICK)  # `relay doctor` tells how long ago beat last ticked
             report.add(dispatcher.run_once())
             if report.drained or report.broker_error:
                 return
-            backlog = dispatcher.store.backlog(s.batch_size * s.max_fanout)
+            backlog = runtime.store().backlog(s.batch_size * s.max_fanout)
             extra = fanout(backlog, s.batch_size, s.max_fanout)
             for _ in range(extra):
                 claim_and_dispatch.apply_async(expires=s.tick_seconds, queue=s.queue)
@@ -146,8 +146,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, shared=False)
     def purge_sent() -> int:
         """Delete sent rows past the retention, one short transaction per batch, one purger."""
-        store = runtime.dispatcher().store
-        deleted = store.purge_sent(
+        deleted = runtime.operations().purge_sent(
             s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
         )
         log.info("purged %d sent rows older than %gs", deleted, s.retention_seconds)

@@ -9,6 +9,8 @@ from typing import Any
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
 from relay.observe import observers as observe
+from relay.store.dispatch import DispatchStore
+from relay.store.operations import OperationsStore
 
 
 class Runtime:
@@ -19,23 +21,39 @@ class Runtime:
         #: Set by a warm shutdown: drains stop after the batch in flight.
         self.stopping = threading.Event()
         self._dispatcher: Dispatcher | None = None
+        self._store: DispatchStore | None = None
+        self._operations: OperationsStore | None = None
         self._pid = 0
 
     def dispatcher(self) -> Dispatcher:
         if self._pid != os.getpid():
             self.forget()
         if self._dispatcher is None:
+            self._store = DispatchStore.from_url(self.settings.database_url)
             self._dispatcher = Dispatcher.from_settings(
-                self.settings, observer=observe.for_settings(self.settings)
+                self.settings, store=self._store, observer=observe.for_settings(self.settings)
             )
             self._pid = os.getpid()
         return self._dispatcher
 
+    def store(self) -> DispatchStore:
+        """The dispatcher's store, for the tick's backlog."""
+        self.dispatcher()
+        assert self._store is not None  # built with the dispatcher
+        return self._store
+
+    def operations(self) -> OperationsStore:
+        """The operator's verbs (heartbeat, retention) on the dispatcher's engine."""
+        store = self.store()  # first: after a fork it drops the parent's stores
+        if self._operations is None:
+            self._operations = OperationsStore(store.engine)
+        return self._operations
+
     def forget(self, *_: Any, **__: Any) -> None:
         """After fork: drop what the parent built without closing it (its sockets are shared)."""
-        if self._dispatcher is not None:
-            self._dispatcher.store.engine.dispose(close=False)
-        self._dispatcher, self._pid = None, 0
+        if self._store is not None:
+            self._store.engine.dispose(close=False)
+        self._dispatcher, self._store, self._operations, self._pid = None, None, None, 0
         self.stopping.clear()
 
     def stop(self, *_: Any, **__: Any) -> None:
@@ -43,6 +61,7 @@ class Runtime:
 
     def close(self, *_: Any, **__: Any) -> None:
         dispatcher, self._dispatcher = self._dispatcher, None
+        self._store = self._operations = None
         if dispatcher is not None and self._pid == os.getpid():
             dispatcher.close()
             dispatcher.publisher.close()

@@ -167,9 +167,9 @@ def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _store(settings: Settings) -> Any:
-    from relay.store.dispatch import Store
+    from relay.store.operations import OperationsStore
 
-    return Store.from_url(settings.database_url)
+    return OperationsStore.from_url(settings.database_url)
 
 
 def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -218,8 +218,13 @@ def _cmd_probe(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
     from relay.dispatch.dispatcher import Dispatcher
     from relay.observe import observers as observe
+    from relay.store.dispatch import DispatchStore
+    from relay.store.operations import OperationsStore
 
-    dispatcher = Dispatcher.from_settings(settings, observer=observe.for_settings(settings))
+    store = DispatchStore.from_url(settings.database_url)
+    dispatcher = Dispatcher.from_settings(
+        settings, store=store, observer=observe.for_settings(settings)
+    )
     log.info("relay %s starting: %s", dispatcher.worker_id, settings.describe())
     try:
         if args.once:
@@ -228,7 +233,7 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
             if settings.metrics_port is not None:
                 from relay.observe import metrics
 
-                metrics.serve(settings.metrics_port, dispatcher.store)
+                metrics.serve(settings.metrics_port, OperationsStore(store.engine))
             stop, wake = threading.Event(), threading.Event()
 
             def on_signal(*_: object) -> None:

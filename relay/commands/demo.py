@@ -35,7 +35,7 @@ from relay.commands.demo_report import Ledger, Outcome, Progress, judge, summari
 from relay.config import Settings
 from relay.exceptions import ConfigError
 from relay.store import migrate
-from relay.store.dispatch import Store
+from relay.store.operations import OperationsStore
 from relay.urls import redact
 
 #: In-process Kombu transport; the explicit host spares a warning per connection.
@@ -75,7 +75,7 @@ def run(options: DemoOptions, *, out: TextIO = sys.stdout, err: TextIO = sys.std
             database_url=url, broker_url=EVENTS_URL, exchange=EXCHANGE, tick_seconds=0.5
         )
         migrate.upgrade(url)
-        store = Store.from_url(url)
+        store = OperationsStore.from_url(url)
         try:
             _refuse_unfinished_rows(store, url)
             orders.create(store.engine, checkfirst=True)
@@ -100,7 +100,7 @@ def _database(url: str | None) -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _refuse_unfinished_rows(store: Store, url: str) -> None:
+def _refuse_unfinished_rows(store: OperationsStore, url: str) -> None:
     counts = store.status().counts
     if counts.get("pending") or counts.get("processing"):
         raise ConfigError(
@@ -110,7 +110,7 @@ def _refuse_unfinished_rows(store: Store, url: str) -> None:
 
 
 def _relay_and_check(
-    options: DemoOptions, settings: Settings, store: Store, err: TextIO
+    options: DemoOptions, settings: Settings, store: OperationsStore, err: TextIO
 ) -> Outcome:
     ledger = Ledger()
     stop = threading.Event()
@@ -211,7 +211,7 @@ def _produce(
         written += len(ids)
 
 
-def _settled(store: Store, consumer: _Consumer) -> bool:
+def _settled(store: OperationsStore, consumer: _Consumer) -> bool:
     """Nothing left to relay and nothing left to consume: no duplicate can still arrive."""
     counts = store.status().counts
     return not counts.get("pending") and not counts.get("processing") and consumer.idle()

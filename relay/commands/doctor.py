@@ -141,9 +141,9 @@ def _clock(engine: sa.Engine) -> Check:
 
 
 def _tick(settings: Settings) -> Check:
-    from relay.store.dispatch import Store
+    from relay.store.operations import OperationsStore
 
-    store = Store.from_url(settings.database_url)
+    store = OperationsStore.from_url(settings.database_url)
     try:
         age = store.beat_ages().get("relay.tick")
     finally:

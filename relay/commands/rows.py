@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from relay.records import Status
-from relay.store.dispatch import Store
 from relay.store.filters import EventFilter
+from relay.store.operations import OperationsStore
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: Columns of the table, with their widths (the last one takes the rest of the line).
@@ -75,7 +75,7 @@ def event_filter(args: argparse.Namespace, statuses: Sequence[Status]) -> EventF
     )
 
 
-def failed(store: Store, args: argparse.Namespace) -> int:
+def failed(store: OperationsStore, args: argparse.Namespace) -> int:
     """``relay failed list|retry|purge``."""
     f = event_filter(args, (Status.FAILED,))
     if args.action == "list":
@@ -103,7 +103,7 @@ def failed(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
-def pending(store: Store, args: argparse.Namespace) -> int:
+def pending(store: OperationsStore, args: argparse.Namespace) -> int:
     """``relay pending list``: the backlog and the leases held (expired ones marked)."""
     statuses = (
         [Status(s) for s in args.status] if args.status else [Status.PENDING, Status.PROCESSING]
@@ -111,7 +111,7 @@ def pending(store: Store, args: argparse.Namespace) -> int:
     return _list(store, event_filter(args, statuses), args, "no pending or processing events")
 
 
-def _list(store: Store, f: EventFilter, args: argparse.Namespace, empty: str) -> int:
+def _list(store: OperationsStore, f: EventFilter, args: argparse.Namespace, empty: str) -> int:
     rows = store.list_events(f, limit=args.limit, after=args.after)
     last = rows[-1]["id"] if len(rows) == args.limit else None
     if args.json:

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from relay.store.dispatch import Store
+from relay.store.operations import OperationsStore
 
 
-def watch(store: Store, *, interval: float = 1.0, count: int | None = None) -> int:
+def watch(store: OperationsStore, *, interval: float = 1.0, count: int | None = None) -> int:
     """Redraw counts, send rate, oldest pending age and expired leases until Ctrl-C (or
     ``count`` refreshes)."""
     console = Console()

@@ -3,7 +3,8 @@ their re-drive, behind a token, with every action audited.
 
 ``relay.console.app(engine, settings)`` is an ASGI application to mount in a Starlette or
 FastAPI application (``Mount("/relay", app=relay.console.app(engine, settings))``);
-``relay console`` serves it alone. It reads and acts through ``relay.store.dispatch``'s verbs only.
+``relay console`` serves it alone. It reads and acts through the verbs of
+``relay.store.operations`` only.
 """
 
 from __future__ import annotations

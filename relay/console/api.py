@@ -19,7 +19,7 @@ from starlette.routing import Route
 from relay.console.auth import Credential, csrf_ok
 from relay.console.views import BadRequest, act, jsonable, read_filter, read_page
 from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
-from relay.store.dispatch import Actor
+from relay.store.operations import Actor
 
 if TYPE_CHECKING:
     from relay.console.app import Console

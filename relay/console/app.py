@@ -20,7 +20,7 @@ from relay.config import Settings
 from relay.console import api, pages
 from relay.console.auth import COOKIE, Credential, Guard
 from relay.exceptions import ConfigError
-from relay.store.dispatch import Store
+from relay.store.operations import OperationsStore
 
 HERE = Path(__file__).parent
 
@@ -47,7 +47,7 @@ SECURITY_HEADERS = [
 class Console:
     """What every handler needs: the store, the guard, the masked fields, the templates."""
 
-    def __init__(self, store: Store, guard: Guard, redact: frozenset[str]) -> None:
+    def __init__(self, store: OperationsStore, guard: Guard, redact: frozenset[str]) -> None:
         self.store = store
         self.guard = guard
         self.redact = redact
@@ -98,7 +98,7 @@ def app(engine: Engine, settings: Settings) -> ASGIApp:
             "RELAY_CONSOLE_READONLY_TOKEN; it never serves without a credential"
         )
     console = Console(
-        Store(engine),
+        OperationsStore(engine),
         Guard(settings.console_token, settings.console_readonly_token),
         settings.console_redact_fields,
     )

@@ -21,8 +21,8 @@ from relay.console.auth import COOKIE, SESSION_SECONDS, Credential, csrf_ok
 from relay.console.views import ACTIONS, BadRequest, act, jsonable, read_filter, read_page
 from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
 from relay.records import Status
-from relay.store.dispatch import Actor
 from relay.store.filters import EventFilter
+from relay.store.operations import Actor
 
 if TYPE_CHECKING:
     from relay.console.app import Console

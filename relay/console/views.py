@@ -10,8 +10,8 @@ from typing import Any
 
 from relay.commands.rows import parse_when
 from relay.records import Status
-from relay.store.dispatch import Actor, Changed, Store
 from relay.store.filters import EventFilter
+from relay.store.operations import Actor, Changed, OperationsStore
 
 #: What replaces a masked field's value.
 MASK = "***"
@@ -101,7 +101,7 @@ def read_page(values: Mapping[str, Any], default: int = 50) -> tuple[int, int | 
 
 
 def act(
-    store: Store, action: str, f: EventFilter, *, dry_run: bool, actor: Actor | None
+    store: OperationsStore, action: str, f: EventFilter, *, dry_run: bool, actor: Actor | None
 ) -> Changed:
     """Retry failed rows, or purge failed or sent rows, through the store's verbs; the
     status defaults to failed."""

@@ -28,7 +28,8 @@ from relay.observe.observers import Observer, Recorded
 from relay.policy import Backoff, CircuitBreaker, RetryPolicy, task_expired
 from relay.publishers import Publisher, message
 from relay.records import Buried, ClaimedEvent, Released, Rescheduled
-from relay.store.dispatch import Completed, Store
+from relay.records import Completed
+from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)
 

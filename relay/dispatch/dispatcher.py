@@ -18,7 +18,8 @@ from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_wo
 from relay.exceptions import StoreError
 from relay.policy import Backoff, BatchSizer
 from relay.publishers import Publisher
-from relay.store.dispatch import Store
+from relay.store.dispatch import DispatchStore
+from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class Dispatcher(Cycle):
         be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
         s = settings
         if store is None:
-            store = Store.from_url(s.database_url)
+            store = DispatchStore.from_url(s.database_url)
         if publisher is None:
             publisher = publishers.for_url(
                 s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds

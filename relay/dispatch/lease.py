@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from relay import timing
 from relay.exceptions import StoreError
 from relay.records import ClaimedEvent
-from relay.store.dispatch import Store
+from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ from relay.exceptions import EventError
 from relay.observe import tracing
 from relay.publishers.message import RESERVED_HEADERS, TASK_HEADER, encode_body
 from relay.store import dialects
-from relay.store.schema import outbox
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +112,11 @@ class Producer:
         conn = _connection(session_or_connection)
         dialect = dialects.for_name(conn.dialect.name)
         if seconds:
-            values["next_retry_at"] = dialect.now_plus(sa.literal(seconds, sa.Float))
+            values["delay_seconds"] = seconds
         if values["ordering_key"] is not None:
             values["seq"] = dialect.next_seq(conn, values["ordering_key"])
-        result = conn.execute(sa.insert(outbox).values(**values))
+        stmt = dialect.insert_event(delayed=bool(seconds), ordered="seq" in values)
+        result = conn.execute(stmt, values)
         primary_key = result.inserted_primary_key
         assert primary_key is not None  # a single-row INSERT always reports its key
         new_id: int = primary_key[0]

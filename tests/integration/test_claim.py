@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from relay.records import Rescheduled
 from relay.store.dispatch import Store
 from relay.store.engine import create_engine
+from relay.store.operations import OperationsStore
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, make_due, rows
 
 
@@ -26,7 +27,7 @@ def _claimer(url: str, worker: str, batch: int, out: mp.Queue) -> None:  # type:
             continue
         empty = 0
         claimed.extend(e.id for e in events)
-        store.mark_sent(worker, events)
+        store.complete(worker, sent=events)
     store.dispose()
     out.put((worker, claimed))
 
@@ -84,13 +85,13 @@ def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(
     assert held_by_b.id == event_id
     assert held_by_b.attempt == held_by_a.attempt + 1
 
-    assert store.mark_sent("A", [held_by_a]) == 0
-    assert store.reschedule("A", [Rescheduled(held_by_a, 0.0, "late")]) == 0
+    assert store.complete("A", sent=[held_by_a]).sent == 0
+    assert store.complete("A", rescheduled=[Rescheduled(held_by_a, 0.0, "late")]).rescheduled == 0
     assert store.complete("A", sent=[held_by_a]).lost == 1
     row = rows(engine, event_id)[event_id]
     assert (row["status"], row["locked_by"], row["attempt"]) == ("processing", "B", 2)
 
-    assert store.mark_sent("B", [held_by_b]) == 1
+    assert store.complete("B", sent=[held_by_b]).sent == 1
     assert rows(engine, event_id)[event_id]["status"] == "sent"
 
 
@@ -98,7 +99,7 @@ def test_rescheduled_row_waits_for_its_backoff(store: Store, engine: sa.Engine) 
     """A rescheduled row is not claimable before next_retry_at, and is afterwards."""
     (event_id,) = enqueue_many(engine, 1)
     (event,) = store.claim("w", 10, lease_seconds=60)
-    assert store.reschedule("w", [Rescheduled(event, 60.0, "nack")]) == 1
+    assert store.complete("w", rescheduled=[Rescheduled(event, 60.0, "nack")]).rescheduled == 1
     row = rows(engine, event_id)[event_id]
     assert (row["status"], row["last_error"], row["locked_by"]) == ("pending", "nack", None)
     assert store.claim("w", 10, lease_seconds=60) == []
@@ -127,7 +128,7 @@ def test_ordering_key_leases_a_run_per_key_and_nothing_behind_it(
     second = store.claim("w2", 100, lease_seconds=60)
     assert [e.id for e in second] == [b[0], b[1], free[1]]
     assert store.claim("w3", 100, lease_seconds=60) == [], "both keys are held by their runs"
-    assert store.mark_sent("w2", second) == 3
+    assert store.complete("w2", sent=second).sent == 3
     enqueue_many(engine, 1, ordering_key="order-2")
     (nxt,) = store.claim("w3", 100, lease_seconds=60)
     assert (nxt.ordering_key, nxt.seq) == ("order-2", 3)
@@ -143,7 +144,7 @@ def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:
     store.complete("w", buried=[Buried(head, "poison")])
     store.release("w", [second], 0.0, "an earlier row of its key failed")
     assert store.claim("w", 100, lease_seconds=60) == []
-    assert store.retry_failed([a[0]]).changed == 1
+    assert OperationsStore(engine).retry_failed([a[0]]).changed == 1
     again = store.claim("w", 100, lease_seconds=60)
     assert [(e.id, e.attempt) for e in again] == [(a[0], 1), (a[1], 1)]
 
@@ -155,6 +156,6 @@ def test_purging_a_failed_head_lets_its_key_go_on(store: Store, engine: sa.Engin
 
     (head,) = store.claim("w", 1, lease_seconds=60)
     store.complete("w", buried=[Buried(head, "poison")])
-    assert store.purge_failed([a[0]]).changed == 1
+    assert OperationsStore(engine).purge_failed([a[0]]).changed == 1
     (nxt,) = store.claim("w", 100, lease_seconds=60)
     assert (nxt.id, nxt.seq) == (a[1], 2)

@@ -6,6 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from relay.store.dialects import operations_for
 from relay.store.dialects.postgresql import PostgresDialect
 from relay.store.engine import create_engine
 
@@ -35,7 +36,7 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
         assert "ix_outbox_leases" in plan, plan
         assert "Seq Scan on outbox" not in plan, plan
         # The partial indexes (0008) still serve the queries that need them.
-        plan = _generic_plan(engine, dialect.sent_per_minute())
+        plan = _generic_plan(engine, operations_for(dialect).sent_per_minute())
         assert "ix_outbox_sent_at" in plan, plan
         run = dialect.run_statement()
         plan = _generic_plan(engine, run, dialect.run_params([("k", 1), ("k", 2)]))

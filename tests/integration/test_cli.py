@@ -23,7 +23,7 @@ def relay_cmd(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _bury(store: Store, n: int) -> None:
     events = store.claim("w", n, lease_seconds=60)
-    store.bury("w", [Buried(e, f"poison {e.id}") for e in events])
+    store.complete("w", buried=[Buried(e, f"poison {e.id}") for e in events])
 
 
 def test_status_json_reports_counts_age_and_failed(
@@ -77,7 +77,7 @@ def test_purge_sent_deletes_only_old_sent_rows(
 ) -> None:
     """purge-sent removes sent rows older than the retention and nothing else."""
     enqueue_many(engine, 5)
-    store.mark_sent("w", store.claim("w", 3, lease_seconds=60))
+    store.complete("w", sent=store.claim("w", 3, lease_seconds=60))
     assert relay_cmd(db_url, "purge-sent", "--older-than", "1h").stdout.startswith("0 ")
     with engine.begin() as conn:
         conn.execute(

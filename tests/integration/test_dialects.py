@@ -14,6 +14,7 @@ from relay.store.dialects.mysql import MySQLDialect
 from relay.store.dialects.sqlite import SQLiteDialect
 from relay.store.dispatch import Store
 from relay.store.engine import create_engine
+from relay.store.operations import OperationsStore
 from relay.store.schema import outbox
 from tests.support import databases
 from tests.support.rows import enqueue_many, rows
@@ -72,10 +73,12 @@ def test_database_clock_is_utc_whatever_the_session_time_zone(far_store: Store) 
     assert 55 <= (locked_until - datetime.now(UTC)).total_seconds() <= 61
 
 
-def test_status_ages_are_measured_in_database_time(store: Store, engine: sa.Engine) -> None:
+def test_status_ages_are_measured_in_database_time(
+    operations: OperationsStore, engine: sa.Engine
+) -> None:
     """The oldest pending row's age is a small positive number of seconds right after insert."""
     enqueue_many(engine, 3)
-    age = store.status().oldest_pending_age_seconds
+    age = operations.status().oldest_pending_age_seconds
     assert age is not None
     assert 0 <= age < 30
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from relay.records import Buried
 from relay.store.dispatch import Store
+from relay.store.operations import OperationsStore
 from tests.support import databases
 from tests.support.env import wait_until
 from tests.support.rows import enqueue_many
@@ -63,7 +64,7 @@ def test_a_healthy_deployment_passes_with_warnings_and_fixes(
     assert checks["exchange"]["status"] == "warn"
     if engine.dialect.name == "postgresql":
         assert checks["idle_in_transaction_session_timeout"]["status"] in ("warn", "pass")
-    store.beat("relay.tick")
+    OperationsStore(engine).beat("relay.tick")
     assert doctor(env)[1]["tick"]["status"] == "pass"
 
 
@@ -73,7 +74,9 @@ def test_unroutable_events_are_named_with_the_fix(
     """Events that failed as unroutable make the routing check warn, naming their type."""
     enqueue_many(engine, 2, "invoice.sent")
     events = store.claim("w", 10, lease_seconds=60)
-    store.bury("w", [Buried(e, "unroutable: no queue bound to routing key") for e in events])
+    store.complete(
+        "w", buried=[Buried(e, "unroutable: no queue bound to routing key") for e in events]
+    )
     checks = doctor(env)[1]
     assert checks["routing"]["status"] == "warn"
     assert "invoice.sent (2)" in checks["routing"]["detail"]

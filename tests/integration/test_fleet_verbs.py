@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store.dispatch import PURGE_LOCK_KEY, Store
+from relay.store.dispatch import Store
+from relay.store.operations import PURGE_LOCK_KEY, OperationsStore
 from relay.store.schema import outbox
 from tests.support.celery_fleet import insert_rows
 
@@ -49,6 +50,6 @@ def test_exclusive_purge_stands_aside_while_another_purge_holds_the_lock(pg_stor
         )
     with engine.connect() as holder:
         holder.execute(sa.select(sa.func.pg_advisory_xact_lock(PURGE_LOCK_KEY)))
-        assert pg_store.purge_sent(3600, batch_size=10, exclusive=True) == 0
+        assert OperationsStore(engine).purge_sent(3600, batch_size=10, exclusive=True) == 0
         holder.rollback()
-    assert pg_store.purge_sent(3600, batch_size=10, exclusive=True) == len(ids)
+    assert OperationsStore(engine).purge_sent(3600, batch_size=10, exclusive=True) == len(ids)

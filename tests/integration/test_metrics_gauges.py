@@ -9,6 +9,7 @@ from prometheus_client.core import Metric
 
 from relay.observe.metrics import OutboxCollector
 from relay.store.dispatch import Store
+from relay.store.operations import OperationsStore
 from relay.store.schema import outbox
 from tests.support.rows import enqueue_many, expire_leases
 
@@ -32,7 +33,7 @@ def test_gauges_count_each_unfinished_status_and_expired_leases(
 ) -> None:
     """Rows per unfinished status, expired leases and the oldest pending age, from one read."""
     _backlog(engine, store)
-    values = _values(OutboxCollector(store, min_interval=0))
+    values = _values(OutboxCollector(OperationsStore(engine), min_interval=0))
     assert values[("relay_outbox_up", "")] == 1
     assert values[("relay_outbox_rows", "pending")] == 2
     assert values[("relay_outbox_rows", "processing")] == 2
@@ -45,7 +46,7 @@ def test_gauges_count_each_unfinished_status_and_expired_leases(
 def test_gauges_stop_counting_at_the_cap(engine: sa.Engine, store: Store) -> None:
     """With a cap of 1 each count says at most 1: a scrape never scans past the cap."""
     _backlog(engine, store)
-    values = _values(OutboxCollector(store, cap=1, min_interval=0))
+    values = _values(OutboxCollector(OperationsStore(engine), cap=1, min_interval=0))
     assert values[("relay_outbox_rows", "pending")] == 1
     assert values[("relay_outbox_rows", "processing")] == 1
     assert values[("relay_expired_leases", "")] == 1
@@ -53,7 +54,7 @@ def test_gauges_stop_counting_at_the_cap(engine: sa.Engine, store: Store) -> Non
 
 def test_scrapes_within_the_interval_reuse_the_last_read(engine: sa.Engine, store: Store) -> None:
     """Two scrapes inside ``min_interval`` cost one read: the second sees the first's values."""
-    collector = OutboxCollector(store, min_interval=3600)
+    collector = OutboxCollector(OperationsStore(engine), min_interval=3600)
     enqueue_many(engine, 1, "gauge.event")
     assert _values(collector)[("relay_outbox_rows", "pending")] == 1
     enqueue_many(engine, 1, "gauge.event")
@@ -62,7 +63,7 @@ def test_scrapes_within_the_interval_reuse_the_last_read(engine: sa.Engine, stor
 
 def test_an_unreachable_database_reports_down_instead_of_failing_the_scrape() -> None:
     """A read that fails gives relay_outbox_up 0 and no gauges; the endpoint keeps serving."""
-    store = Store.from_url("postgresql://nobody:x@127.0.0.1:9/none?connect_timeout=1")
+    store = OperationsStore.from_url("postgresql://nobody:x@127.0.0.1:9/none?connect_timeout=1")
     registry = CollectorRegistry()
     registry.register(OutboxCollector(store, min_interval=0))
     try:
@@ -75,7 +76,7 @@ def test_an_unreachable_database_reports_down_instead_of_failing_the_scrape() ->
 def test_postgresql_reads_the_gauges_from_the_unsent_index_not_the_history(pg_url: str) -> None:
     """With 200k sent rows beside a few unsent ones, the gauges' statement reads
     ix_outbox_unsent and never scans the table, also as a generic prepared plan."""
-    from relay.store.dialects.postgresql import PostgresDialect
+    from relay.store.dialects.postgresql import PostgresDialect, PostgresOperations
     from relay.store.engine import create_engine
 
     engine = create_engine(pg_url)
@@ -95,7 +96,9 @@ def test_postgresql_reads_the_gauges_from_the_unsent_index_not_the_history(pg_ur
                 )
             )
             conn.execute(sa.text("ANALYZE outbox"))
-        compiled = PostgresDialect().gauges(limit=1000).compile(dialect=engine.dialect)
+        compiled = (
+            PostgresOperations(PostgresDialect()).gauges(limit=1000).compile(dialect=engine.dialect)
+        )
         with engine.begin() as conn:
             conn.execute(sa.text("SET LOCAL plan_cache_mode = force_generic_plan"))
             raw = conn.connection.driver_connection

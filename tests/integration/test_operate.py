@@ -40,7 +40,7 @@ def _dead_letters(engine: sa.Engine, store: Store) -> dict[str, list[int]]:
         "user.signed_up": enqueue_many(engine, 2, "user.signed_up"),
     }
     claimed = store.claim("w", 100, lease_seconds=60)
-    store.bury("w", [Buried(e, f"{e.event_type} unroutable (n{e.id})") for e in claimed])
+    store.complete("w", buried=[Buried(e, f"{e.event_type} unroutable (n{e.id})") for e in claimed])
     return ids
 
 

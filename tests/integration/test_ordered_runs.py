@@ -76,7 +76,7 @@ def test_a_claim_leases_a_hot_key_run_up_to_the_batch_size(store: Store, engine:
     run = store.claim("w", 25, lease_seconds=60)
     assert [e.seq for e in run] == list(range(1, 26))
     assert store.claim("w2", 25, lease_seconds=60) == [], "the key is held by the run"
-    assert store.mark_sent("w", run) == 25
+    assert store.complete("w", sent=run).sent == 25
     assert _progress(engine, "hot") == 25
     assert [e.seq for e in store.claim("w2", 25, lease_seconds=60)] == list(range(26, 31))
 
@@ -95,7 +95,7 @@ def test_a_run_stops_at_a_number_that_is_not_committed_yet(engine: sa.Engine) ->
     later.start()  # waits on key k's sequence row until the first transaction ends
     (head,) = store.claim("w", 100, lease_seconds=60)
     assert head.seq == 1
-    store.mark_sent("w", [head])
+    store.complete("w", sent=[head])
     assert store.claim("w", 100, lease_seconds=60) == [], "number 2 is not committed yet"
     tx.commit()
     first.close()

@@ -165,7 +165,9 @@ def test_send_task_carries_the_trace_context_into_the_task_message(
     (row,) = rows(pg_engine).values()
     traceparent = row["headers"]["traceparent"]
     assert traceparent.split("-")[1] == f"{span.get_span_context().trace_id:032x}"
-    built = message.build(ClaimedEvent.from_row({**row, "attempt": 1}))
+    keys = ("id", "event_type", "payload", "headers", "ordering_key")
+    event = ClaimedEvent(*(row[k] for k in keys), attempt=1, created_at=row["created_at"])
+    built = message.build(event)
     assert built.headers["traceparent"] == traceparent
     assert "x-relay-task" not in built.headers
 

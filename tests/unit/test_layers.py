@@ -28,6 +28,8 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
         ("relay.store.dispatch", {"kombu", "celery", "amqp"}),
+        ("relay.store.operations", {"kombu", "celery", "amqp"}),
+        ("relay.store.protocol", {"sqlalchemy", "kombu", "celery"}),
         ("relay.store.dialects.postgresql", {"kombu", "celery", "amqp"}),
         ("relay.publishers", {"sqlalchemy", "celery", "kombu", "amqp", "redis"}),
         ("relay.publishers.amqp", {"sqlalchemy", "celery"}),

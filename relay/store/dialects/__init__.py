@@ -1,9 +1,11 @@
-"""One module per database; :func:`for_name` picks the one for an engine's dialect name."""
+"""One module per database; :func:`for_name` picks the dispatch path's builders (with the
+application's) for an engine's dialect name, :func:`operations_for` the operator's."""
 
 from __future__ import annotations
 
 from relay.exceptions import ConfigError
 from relay.store.dialects.base import Dialect
+from relay.store.dialects.operations import Operations
 
 
 def for_name(name: str) -> Dialect:
@@ -25,4 +27,17 @@ def for_name(name: str) -> Dialect:
     )
 
 
-__all__ = ["Dialect", "for_name"]
+def operations_for(dialect: Dialect) -> Operations:
+    """The operator's statements for the database ``dialect`` speaks to, on its clock."""
+    if dialect.name == "postgresql":
+        from relay.store.dialects.postgresql import PostgresOperations
+
+        return PostgresOperations(dialect)
+    if dialect.name == "mysql":
+        from relay.store.dialects.mysql import MySQLOperations
+
+        return MySQLOperations(dialect)
+    return Operations(dialect)
+
+
+__all__ = ["Dialect", "Operations", "for_name", "operations_for"]

@@ -1,8 +1,10 @@
-"""Statements every database shares; each dialect supplies its clock, locking and upserts.
+"""The dispatch path's statements (claim, outcomes, leases, per-key progress); each dialect
+supplies its clock, locking and upserts.
 
-The builders return SQLAlchemy Core statements and never execute them (except ``claim`` and
-``next_seq``, which run several statements in the transaction they are given). A snapshot test
-compiles each one per dialect.
+They sit on top of the application's (``relay.store.dialects.produce``); the operator's
+queries are in ``relay.store.dialects.operations``. The builders return SQLAlchemy Core
+statements and never execute them (except ``claim`` and ``next_seq``, which run several
+statements in the transaction they are given). A snapshot test compiles each one per dialect.
 
 A claim has two lanes. Unordered rows (``seq`` NULL) come from the oldest claimable ones. Ordered
 rows come per key: its head is the row numbered ``outbox_progress.sent_seq + 1``; a claim locks
@@ -13,35 +15,25 @@ number of rows waiting behind a head.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     CompoundSelect,
     Connection,
-    Delete,
     Float,
-    Insert,
     Row,
     Select,
-    String,
     Text,
     Update,
     and_,
     bindparam,
     case,
-    delete,
     func,
-    insert,
-    literal,
-    literal_column,
     null,
     or_,
     select,
-    true,
     tuple_,
     type_coerce,
     union_all,
@@ -49,90 +41,19 @@ from sqlalchemy import (
 )
 
 from relay.ordering import cut_runs
-from relay.records import Status
-from relay.store.filters import EventFilter, like_pattern
-from relay.store.schema import PARTIAL_INDEX_DIALECTS, audit, outbox, outbox_progress
+from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, cached
+from relay.store.dialects.produce import InboxStatements, ProducerStatements
+from relay.store.schema import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 
 #: The JSON columns a claim returns as text (see :meth:`Dialect.claim_columns`).
 CLAIM_JSON = frozenset({"payload", "headers"})
-
-#: What an operator sees of a row in a list (not the payload: `relay failed list` is a table).
-EVENT_COLUMNS = (
-    outbox.c.id,
-    outbox.c.event_type,
-    outbox.c.ordering_key,
-    outbox.c.status,
-    outbox.c.attempt,
-    outbox.c.last_error,
-    outbox.c.locked_by,
-    outbox.c.locked_until,
-    outbox.c.next_retry_at,
-    outbox.c.created_at,
-    outbox.c.updated_at,
-)
 
 #: A locked head or run row: enough to cut runs at their first gap.
 _PLACE = (outbox.c.id, outbox.c.ordering_key, outbox.c.seq)
 
 
-def lit(status: Status) -> ColumnElement[str]:
-    """A status as an inline SQL literal, never a bound parameter: the planner must see it to
-    use the partial index (a generic prepared plan cannot match ``status = $1`` to it)."""
-    return literal_column(f"'{status.value}'", String)
-
-
-PENDING, PROCESSING, SENT, FAILED = (lit(s) for s in Status)
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
-D = TypeVar("D", bound="Dialect")
-#: Statements one dialect keeps built (claims of a few sizes, outcomes per worker): a bound.
-STATEMENT_CACHE_SIZE = 256
-
-
-def cached(method: Callable[Concatenate[D, P], T]) -> Callable[Concatenate[D, P], T]:
-    """Build a hot-path statement once per dialect and arguments, not once per batch.
-
-    Building a batch's statements with SQLAlchemy (expressions, the LATERAL probe, the cache
-    key) cost the relay about 2.5 ms of CPU per batch: at batches of 100, 82 -> 56 µs an event
-    with this cache (one in-process drain of 20,000 rows on PostgreSQL). A statement is
-    immutable once built, so one object serves every connection and thread; the values that
-    vary per execution are bind parameters.
-    """
-    name = method.__name__
-
-    def built(self: D, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        cache: dict[Any, Any] = self.__dict__.setdefault("_statements", {})
-        key = (name, args, tuple(sorted(kwargs.items())))
-        statement = cache.get(key)
-        if statement is None:
-            if len(cache) >= STATEMENT_CACHE_SIZE:
-                cache.clear()
-            statement = cache[key] = method(self, *args, **kwargs)
-        return statement
-
-    functools.update_wrapper(built, method)
-    return built
-
-
-class Dialect:
+class Dialect(ProducerStatements, InboxStatements):
     """SQL for one database. Subclasses implement the clock and the claim."""
-
-    name: ClassVar[str] = "base"
-
-    # -- the clock: database time only ------------------------------------------------------
-    def now(self) -> ColumnElement[datetime]:
-        """The database's current time."""
-        raise NotImplementedError
-
-    def now_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
-        """The database's current time plus ``seconds`` (a float expression)."""
-        raise NotImplementedError
-
-    def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
-        """Seconds between ``column`` and the database's current time."""
-        raise NotImplementedError
 
     # -- claim -------------------------------------------------------------------------------
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -410,84 +331,6 @@ class Dialect:
             )
         )
 
-    def advance(self) -> Update:
-        """Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany)."""
-        return (
-            update(outbox_progress)
-            .where(
-                outbox_progress.c.ordering_key == bindparam("b_key"),
-                outbox_progress.c.sent_seq == bindparam("b_from"),
-            )
-            .values(sent_seq=bindparam("b_to"))
-        )
-
-    def failed_places(self, matching: ColumnElement[bool]) -> Select[Any]:
-        """Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
-        head moves its key's progress past it."""
-        return select(outbox.c.ordering_key, outbox.c.seq).where(
-            outbox.c.status == FAILED, outbox.c.seq.is_not(None), matching
-        )
-
-    def matching(self, f: EventFilter) -> ColumnElement[bool]:
-        """The rows an operator's filter selects (``relay.store.filters``)."""
-        conditions: list[ColumnElement[bool]] = []
-        if f.statuses:
-            conditions.append(outbox.c.status.in_([lit(s) for s in f.statuses]))
-        if f.ids:
-            conditions.append(outbox.c.id.in_(f.ids))
-        if f.event_type is not None:
-            conditions.append(outbox.c.event_type.like(like_pattern(f.event_type), escape="\\"))
-        if f.key is not None:
-            conditions.append(outbox.c.ordering_key == f.key)
-        if f.error is not None:
-            conditions.append(
-                func.lower(outbox.c.last_error).contains(f.error.lower(), autoescape=True)
-            )
-        if f.since is not None:
-            conditions.append(outbox.c.created_at >= self._instant(f.since))
-        if f.until is not None:
-            conditions.append(outbox.c.created_at < self._instant(f.until))
-        return and_(true(), *conditions)
-
-    def _instant(self, when: datetime | timedelta) -> ColumnElement[datetime] | datetime:
-        if isinstance(when, timedelta):
-            return self.now_plus(literal(-when.total_seconds(), Float))
-        return when
-
-    def list_events(
-        self, matching: ColumnElement[bool], limit: int, after: int | None
-    ) -> Select[Any]:
-        """Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET)."""
-        stmt = select(*EVENT_COLUMNS).where(matching)
-        if after is not None:
-            stmt = stmt.where(outbox.c.id > after)
-        return stmt.order_by(outbox.c.id).limit(limit)
-
-    def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
-        """How many rows ``matching`` selects."""
-        return select(func.count()).select_from(outbox).where(matching)
-
-    # -- per-key sequence: the producers' side of the fence ----------------------------------
-    def next_seq(self, conn: Connection, key: str) -> int:
-        """Lock key ``key``'s sequence row until the transaction ends and take its next number;
-        the key's first number also creates its progress row."""
-        seq = int(conn.execute(self.take_seq(), {"key": key}).scalar_one())
-        if seq == 1:
-            conn.execute(self.start_progress(), {"key": key})
-        return seq
-
-    def take_seq(self) -> Any:
-        """Insert key ``key`` at 1 or increment it, returning its number."""
-        raise NotImplementedError
-
-    def reserve_key(self) -> Any:
-        """Lock key ``key``'s sequence row, creating it at 0, without taking a number."""
-        raise NotImplementedError
-
-    def start_progress(self) -> Any:
-        """Create key ``key``'s progress row at 0 unless it exists."""
-        raise NotImplementedError
-
     def held(self, worker: str) -> Select[Any]:
         """Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`."""
         return select(outbox.c.id).where(self._fence_many(worker))
@@ -499,58 +342,6 @@ class Dialect:
             update(outbox)
             .where(self._fence_many(worker))
             .values(locked_until=self.now_plus(bindparam("lease_seconds", type_=Float)))
-        )
-
-    # -- operations ------------------------------------------------------------------------
-    def count_by_status(self) -> CompoundSelect[Any]:
-        """Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
-        unsent ones read the partial index, the total the primary key, never the history."""
-        unsent = (
-            select(outbox.c.status, func.count())
-            .where(outbox.c.status.in_([PENDING, PROCESSING, FAILED]))
-            .group_by(outbox.c.status)
-        )
-        return union_all(
-            unsent, select(literal_column("'total'"), func.count()).select_from(outbox)
-        )
-
-    def oldest_pending_age(self) -> Select[Any]:
-        """Age in seconds of the oldest pending row (NULL when none)."""
-        oldest = (
-            select(func.min(outbox.c.created_at))
-            .where(outbox.c.status == PENDING)
-            .scalar_subquery()
-        )
-        return select(self.seconds_since(oldest))
-
-    def expired_leases(self) -> Select[Any]:
-        """How many processing rows have an expired lease."""
-        return select(func.count()).where(
-            outbox.c.status == PROCESSING, outbox.c.locked_until < self.now()
-        )
-
-    def gauges(self, limit: int) -> Select[Any]:
-        """Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
-
-        Each count stops at ``limit`` rows (a bounded scan)."""
-
-        # Restating the partial index's predicate lets every planner (SQLite's included) read
-        # ix_outbox_unsent instead of the table.
-        unsent = outbox.c.status.in_([PENDING, PROCESSING, FAILED])
-
-        def capped(*where: ColumnElement[bool]) -> Any:
-            rows = select(outbox.c.id).where(unsent, *where).limit(limit).subquery()
-            return select(func.count()).select_from(rows).scalar_subquery()
-
-        oldest = select(func.min(outbox.c.created_at)).where(unsent, outbox.c.status == PENDING)
-        return select(
-            capped(outbox.c.status == PENDING).label("pending"),
-            capped(outbox.c.status == PROCESSING).label("processing"),
-            capped(outbox.c.status == FAILED).label("failed"),
-            capped(outbox.c.status == PROCESSING, outbox.c.locked_until < self.now()).label(
-                "expired_leases"
-            ),
-            self.seconds_since(oldest.scalar_subquery()).label("oldest_pending_age"),
         )
 
     def backlog(self, limit: int) -> Select[Any]:
@@ -577,89 +368,3 @@ class Dialect:
             + select(func.count()).select_from(heads).scalar_subquery()
         )
 
-    def try_lock(self, conn: Connection, key: int) -> bool:
-        """Take the exclusive lock ``key`` until the open transaction ends, if it is free.
-
-        The base has no such lock and says yes: its callers must be harmless when run twice.
-        """
-        return True
-
-    def retry_failed(self, matching: ColumnElement[bool]) -> Update:
-        """The failed rows ``matching`` selects go back to pending with fresh attempts."""
-        stmt = update(outbox).where(outbox.c.status == FAILED, matching)
-        return stmt.values(
-            status=PENDING,
-            attempt=0,
-            next_retry_at=null(),
-            locked_by=null(),
-            locked_until=null(),
-            updated_at=self.now(),
-        )
-
-    def purge_failed(self, matching: ColumnElement[bool]) -> Delete:
-        """Delete the failed rows ``matching`` selects."""
-        return delete(outbox).where(outbox.c.status == FAILED, matching)
-
-    def purge_sent_matching(self, matching: ColumnElement[bool]) -> Delete:
-        """Delete the sent rows ``matching`` selects (an operator's purge by filter)."""
-        return delete(outbox).where(outbox.c.status == SENT, matching)
-
-    def event_details(self, matching: ColumnElement[bool]) -> Select[Any]:
-        """Every column of the rows ``matching`` selects (one event's page)."""
-        return select(outbox).where(matching).order_by(outbox.c.id).limit(2)
-
-    def sent_per_minute(self) -> Select[Any]:
-        """The last hour's sent rows per minute ago (0-59), with their mean and largest
-        commit-to-sent lag in seconds; reads that hour only, through ``ix_outbox_sent_at``."""
-        ago = func.floor(self.seconds_since(outbox.c.sent_at) / literal_column("60.0"))
-        lag = self.seconds_since(outbox.c.created_at) - self.seconds_since(outbox.c.sent_at)
-        return (
-            select(
-                ago.label("minutes_ago"),
-                func.count().label("sent"),
-                func.avg(lag).label("mean_lag"),
-                func.max(lag).label("max_lag"),
-            )
-            .where(outbox.c.sent_at >= self.now_plus(literal(-3600.0, Float)))
-            .group_by(ago)
-        )
-
-    def leases_by_holder(self) -> Select[Any]:
-        """Processing rows per lease holder: how many, how many expired, first and last expiry."""
-        expired = case((outbox.c.locked_until < self.now(), 1), else_=0)
-        return (
-            select(
-                outbox.c.locked_by,
-                func.count().label("rows"),
-                func.sum(expired).label("expired"),
-                func.min(outbox.c.locked_until).label("first_expiry"),
-                func.max(outbox.c.locked_until).label("last_expiry"),
-            )
-            .where(outbox.c.status == PROCESSING)
-            .group_by(outbox.c.locked_by)
-            .order_by(outbox.c.locked_by)
-        )
-
-    def record_action(self) -> Insert:
-        """One audit row: who did what, to which rows, how many (bind every column but id, at)."""
-        return insert(audit)
-
-    def audit_page(self, limit: int, after: int | None) -> Select[Any]:
-        """Audit rows, newest first, from just before ``after`` (keyset by id)."""
-        stmt = select(audit)
-        if after is not None:
-            stmt = stmt.where(audit.c.id < after)
-        return stmt.order_by(audit.c.id.desc()).limit(limit)
-
-    def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
-        """Delete up to ``limit`` sent rows older than the retention, oldest first."""
-        victims = (
-            select(outbox.c.id)
-            .where(
-                outbox.c.status == SENT,
-                self.seconds_since(outbox.c.sent_at) > older_than_seconds,
-            )
-            .order_by(outbox.c.id)
-            .limit(limit)
-        )
-        return delete(outbox).where(outbox.c.id.in_(victims.scalar_subquery()))

@@ -42,8 +42,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
-from relay.store.dialects.base import SENT, Dialect, cached
-from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.dialects.base import Dialect
+from relay.store.dialects.common import SENT, cached
+from relay.store.dialects.operations import Operations
+from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import UtcDateTime, utc_now
 
 _MICROSECOND: ColumnElement[Any] = literal_column("MICROSECOND")
@@ -165,6 +167,25 @@ class MySQLDialect(Dialect):
             .prefix_with("IGNORE")
         )
 
+    def inbox_claim(self) -> Insert:
+        """``INSERT IGNORE``: only the duplicate key becomes "0 rows" (the inbox checks lengths
+        first, so no truncation can hide behind it)."""
+        stmt = insert(inbox).values(
+            consumer=bindparam("consumer"), message_id=bindparam("message_id")
+        )
+        return stmt.prefix_with("IGNORE")
+
+    def purge_inbox(self, conn: Connection, older_than_seconds: float, limit: int) -> int:
+        """MySQL cannot select from the table a DELETE targets: the keys are read first."""
+        keys = [tuple(row) for row in conn.execute(self.inbox_oldest(older_than_seconds, limit))]
+        if not keys:
+            return 0
+        return int(conn.execute(self.inbox_delete(), {"keys": keys}).rowcount)
+
+
+class MySQLOperations(Operations):
+    """The operator's statements on MySQL and MariaDB: the retention purge's derived table."""
+
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
         """Delete up to ``limit`` sent rows older than the retention, oldest first.
 
@@ -175,7 +196,7 @@ class MySQLDialect(Dialect):
             select(outbox.c.id)
             .where(
                 outbox.c.status == SENT,
-                self.seconds_since(outbox.c.sent_at) > older_than_seconds,
+                self.dialect.seconds_since(outbox.c.sent_at) > older_than_seconds,
             )
             .order_by(outbox.c.id)
             .limit(limit)

@@ -23,8 +23,10 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.store.dialects.base import _PLACE, PROCESSING, Dialect, cached
-from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.dialects.base import _PLACE, Dialect
+from relay.store.dialects.common import PROCESSING, cached
+from relay.store.dialects.operations import Operations
+from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
@@ -192,7 +194,23 @@ class PostgresDialect(Dialect):
         stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
         return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
 
+    def inbox_claim(self) -> ReturningInsert[Any]:
+        """``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: psycopg reports no row
+        count here, so a returned row tells that it inserted."""
+        stmt = insert(inbox).values(
+            consumer=bindparam("consumer"), message_id=bindparam("message_id")
+        )
+        return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
+
+
+class PostgresOperations(Operations):
+    """The operator's statements on PostgreSQL: its advisory lock."""
+
+    def advisory_lock(self) -> Select[Any]:
+        """``pg_try_advisory_xact_lock(key)``: true when this transaction took lock ``key``."""
+        return select(func.pg_try_advisory_xact_lock(bindparam("key", type_=sa.BigInteger)))
+
     def try_lock(self, conn: Connection, key: int) -> bool:
         """``pg_try_advisory_xact_lock``: released at commit, so it also works behind a
         transaction-pooling proxy."""
-        return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
+        return bool(conn.execute(self.advisory_lock(), {"key": key}).scalar())

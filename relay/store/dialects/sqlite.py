@@ -33,8 +33,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.store.dialects.base import Dialect, cached
-from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.dialects.base import Dialect
+from relay.store.dialects.common import cached
+from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 
@@ -115,3 +116,11 @@ class SQLiteDialect(Dialect):
         """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
         stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
         return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
+
+    def inbox_claim(self) -> ReturningInsert[Any]:
+        """``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
+        inserted."""
+        stmt = insert(inbox).values(
+            consumer=bindparam("consumer"), message_id=bindparam("message_id")
+        )
+        return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)

@@ -24,6 +24,16 @@ FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
  LIMIT %s) AS anon_5) AS anon_1;
 
+-- beat_ages: Each heartbeat's name and seconds since it beat.
+SELECT relay_heartbeats.name, timestampdiff(MICROSECOND, relay_heartbeats.beat_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1
+FROM relay_heartbeats;
+
+-- beat_insert: Heartbeat ``b_name``'s first row, at the database's now.
+INSERT INTO relay_heartbeats (name, beat_at) VALUES (%s, (UTC_TIMESTAMP(6)));
+
+-- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
+UPDATE relay_heartbeats SET beat_at=(UTC_TIMESTAMP(6)) WHERE relay_heartbeats.name = %s;
+
 -- bump_seq: ``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``.
 UPDATE outbox_sequence SET last_seq=last_insert_id(outbox_sequence.last_seq + %s) WHERE outbox_sequence.ordering_key = %s;
 
@@ -96,6 +106,27 @@ WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' 
 SELECT outbox.id
 FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
+
+-- inbox_claim: ``INSERT IGNORE``: only the duplicate key becomes "0 rows" (the inbox checks lengths
+INSERT IGNORE INTO relay_inbox (consumer, message_id) VALUES (%s, %s);
+
+-- inbox_delete: Delete the inbox rows whose ``(consumer, message_id)`` are bound as ``keys``.
+DELETE FROM relay_inbox WHERE (relay_inbox.consumer, relay_inbox.message_id) IN (__[POSTCOMPILE_keys]);
+
+-- inbox_oldest: Keys of up to ``limit`` inbox rows received more than ``older_than_seconds`` ago,
+SELECT relay_inbox.consumer, relay_inbox.message_id
+FROM relay_inbox
+WHERE relay_inbox.received_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) ORDER BY relay_inbox.received_at
+ LIMIT %s;
+
+-- inbox_purge: Delete the rows :meth:`inbox_oldest` selects, in one statement.
+DELETE FROM relay_inbox WHERE (relay_inbox.consumer, relay_inbox.message_id) IN (SELECT relay_inbox.consumer, relay_inbox.message_id
+FROM relay_inbox
+WHERE relay_inbox.received_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) ORDER BY relay_inbox.received_at
+ LIMIT %s);
+
+-- insert_event: One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, seq) VALUES (%s, %s, %s, %s, timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), %s);
 
 -- last_insert_id: ``SELECT LAST_INSERT_ID()``: the number the statement before set, per session.
 SELECT last_insert_id() AS last_insert_id_1;

@@ -1,6 +1,9 @@
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=%(b_to)s::BIGINT WHERE outbox_progress.ordering_key = %(b_key)s::VARCHAR AND outbox_progress.sent_seq = %(b_from)s::BIGINT;
 
+-- advisory_lock: ``pg_try_advisory_xact_lock(key)``: true when this transaction took lock ``key``.
+SELECT pg_try_advisory_xact_lock(%(key)s::BIGINT) AS pg_try_advisory_xact_lock_1;
+
 -- audit_page: Audit rows, newest first, from just before ``after`` (keyset by id).
 SELECT relay_audit.id, relay_audit.at, relay_audit.actor, relay_audit.role, relay_audit.via, relay_audit.action, relay_audit.status, relay_audit.selector, relay_audit.matched, relay_audit.changed
 FROM relay_audit
@@ -23,6 +26,16 @@ FROM (SELECT outbox.id AS id
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
  LIMIT %(param_4)s::INTEGER) AS anon_5) AS anon_1;
+
+-- beat_ages: Each heartbeat's name and seconds since it beat.
+SELECT relay_heartbeats.name, CAST(EXTRACT(epoch FROM now() - relay_heartbeats.beat_at) AS FLOAT) AS anon_1
+FROM relay_heartbeats;
+
+-- beat_insert: Heartbeat ``b_name``'s first row, at the database's now.
+INSERT INTO relay_heartbeats (name, beat_at) VALUES (%(b_name)s::VARCHAR, now());
+
+-- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
+UPDATE relay_heartbeats SET beat_at=now() WHERE relay_heartbeats.name = %(b_name)s::VARCHAR;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
@@ -106,6 +119,27 @@ FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN L
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
+
+-- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: psycopg reports no row
+INSERT INTO relay_inbox (consumer, message_id) VALUES (%(consumer)s::VARCHAR, %(message_id)s::VARCHAR) ON CONFLICT DO NOTHING RETURNING relay_inbox.consumer;
+
+-- inbox_delete: Delete the inbox rows whose ``(consumer, message_id)`` are bound as ``keys``.
+DELETE FROM relay_inbox WHERE (relay_inbox.consumer, relay_inbox.message_id) IN (__[POSTCOMPILE_keys]);
+
+-- inbox_oldest: Keys of up to ``limit`` inbox rows received more than ``older_than_seconds`` ago,
+SELECT relay_inbox.consumer, relay_inbox.message_id
+FROM relay_inbox
+WHERE relay_inbox.received_at < now() + %(param_1)s * interval '1 second' ORDER BY relay_inbox.received_at
+ LIMIT %(param_2)s::INTEGER;
+
+-- inbox_purge: Delete the rows :meth:`inbox_oldest` selects, in one statement.
+DELETE FROM relay_inbox WHERE (relay_inbox.consumer, relay_inbox.message_id) IN (SELECT relay_inbox.consumer, relay_inbox.message_id
+FROM relay_inbox
+WHERE relay_inbox.received_at < now() + %(param_1)s * interval '1 second' ORDER BY relay_inbox.received_at
+ LIMIT %(param_2)s::INTEGER);
+
+-- insert_event: One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, seq) VALUES (%(event_type)s::VARCHAR, %(payload)s::JSONB, %(headers)s::JSONB, %(ordering_key)s::VARCHAR, (now() + %(delay_seconds)s * interval '1 second'), %(seq)s::BIGINT) RETURNING outbox.id;
 
 -- lease_statement: Lease the rows bound as ``ids`` (locked by this transaction), returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq;

@@ -24,6 +24,16 @@ FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.orderi
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
  LIMIT ? OFFSET ?) AS anon_5) AS anon_1;
 
+-- beat_ages: Each heartbeat's name and seconds since it beat.
+SELECT relay_heartbeats.name, (julianday('now') - julianday(relay_heartbeats.beat_at)) * 86400.0 AS anon_1
+FROM relay_heartbeats;
+
+-- beat_insert: Heartbeat ``b_name``'s first row, at the database's now.
+INSERT INTO relay_heartbeats (name, beat_at) VALUES (?, (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
+
+-- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
+UPDATE relay_heartbeats SET beat_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_heartbeats.name = ?;
+
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
@@ -100,6 +110,27 @@ WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' 
 SELECT outbox.id
 FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
+INSERT INTO relay_inbox (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING consumer;
+
+-- inbox_delete: Delete the inbox rows whose ``(consumer, message_id)`` are bound as ``keys``.
+DELETE FROM relay_inbox WHERE (relay_inbox.consumer, relay_inbox.message_id) IN (__[POSTCOMPILE_keys]);
+
+-- inbox_oldest: Keys of up to ``limit`` inbox rows received more than ``older_than_seconds`` ago,
+SELECT relay_inbox.consumer, relay_inbox.message_id
+FROM relay_inbox
+WHERE relay_inbox.received_at < strftime(?, 'now', printf(?, ?)) ORDER BY relay_inbox.received_at
+ LIMIT ? OFFSET ?;
+
+-- inbox_purge: Delete the rows :meth:`inbox_oldest` selects, in one statement.
+DELETE FROM relay_inbox WHERE (relay_inbox.consumer, relay_inbox.message_id) IN (SELECT relay_inbox.consumer, relay_inbox.message_id
+FROM relay_inbox
+WHERE relay_inbox.received_at < strftime(?, 'now', printf(?, ?)) ORDER BY relay_inbox.received_at
+ LIMIT ? OFFSET ?);
+
+-- insert_event: One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, seq) VALUES (?, ?, ?, ?, strftime(?, 'now', printf(?, ?)), ?);
 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq;

@@ -1,0 +1,66 @@
+"""What both stores share: an engine, its dialect, short transactions and error translation.
+
+SQLAlchemy's errors end here: a store's caller sees :class:`relay.exceptions.DatabaseUnavailable`
+or :class:`relay.exceptions.StoreError`, raised ``from`` the original.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Self
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
+
+from relay.exceptions import DatabaseUnavailable, StoreError
+from relay.store import dialects
+from relay.store.engine import create_engine
+from relay.urls import redact
+
+
+class BaseStore:
+    """An engine on the outbox database and the dispatch path's dialect for it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = dialects.for_name(engine.dialect.name)
+
+    @classmethod
+    def from_url(cls, url: str, **engine_kwargs: Any) -> Self:
+        return cls(create_engine(url, **engine_kwargs))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with translate_errors(), self.engine.begin() as conn:
+            yield conn
+
+
+def executemany(conn: Connection, stmt: sa.Update, params: list[dict[str, Any]]) -> int:
+    """Run ``stmt`` once per parameter set; how many rows changed in all."""
+    # executemany's rowcount is not summed by every driver; one execute per row is exact and
+    # the paths that use this (failed publishes, purged failed heads) are rare.
+    if len(params) == 1:
+        return conn.execute(stmt, params[0]).rowcount
+    return sum(conn.execute(stmt, p).rowcount for p in params)
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """SQLAlchemy's errors as the relay's: unreachable database or any other database error."""
+    try:
+        yield
+    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
+        raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
+    except sa_exc.SQLAlchemyError as exc:
+        raise StoreError(f"database error: {_describe(exc)}") from exc
+
+
+def _describe(exc: sa_exc.SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return redact(f"{type(orig or exc).__name__}: {text[0] if text else ''}")

@@ -1,0 +1,272 @@
+"""The operator's and the reports' statements: status, gauges, lists, retry and purge, audit,
+heartbeats, retention.
+
+:class:`Operations` borrows a dialect's clock (``relay.store.dialects.base``); a database whose
+SQL differs subclasses it in its own module. Nothing on the dispatch path runs these.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Connection,
+    Delete,
+    Float,
+    Insert,
+    Select,
+    Update,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    null,
+    select,
+    true,
+    union_all,
+    update,
+)
+
+from relay.store.dialects.base import Dialect
+from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, lit
+from relay.store.filters import EventFilter, like_pattern
+from relay.store.schema import audit, heartbeats, outbox, outbox_progress
+
+#: What an operator sees of a row in a list (not the payload: `relay failed list` is a table).
+EVENT_COLUMNS = (
+    outbox.c.id,
+    outbox.c.event_type,
+    outbox.c.ordering_key,
+    outbox.c.status,
+    outbox.c.attempt,
+    outbox.c.last_error,
+    outbox.c.locked_by,
+    outbox.c.locked_until,
+    outbox.c.next_retry_at,
+    outbox.c.created_at,
+    outbox.c.updated_at,
+)
+
+
+class Operations:
+    """SQL of the operator's verbs over one database, on that database's clock."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    def advance(self) -> Update:
+        """Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany)."""
+        return (
+            update(outbox_progress)
+            .where(
+                outbox_progress.c.ordering_key == bindparam("b_key"),
+                outbox_progress.c.sent_seq == bindparam("b_from"),
+            )
+            .values(sent_seq=bindparam("b_to"))
+        )
+
+    def failed_places(self, matching: ColumnElement[bool]) -> Select[Any]:
+        """Keys and numbers of the failed ordered rows ``matching`` selects: purging a failed
+        head moves its key's progress past it."""
+        return select(outbox.c.ordering_key, outbox.c.seq).where(
+            outbox.c.status == FAILED, outbox.c.seq.is_not(None), matching
+        )
+
+    def matching(self, f: EventFilter) -> ColumnElement[bool]:
+        """The rows an operator's filter selects (``relay.store.filters``)."""
+        conditions: list[ColumnElement[bool]] = []
+        if f.statuses:
+            conditions.append(outbox.c.status.in_([lit(s) for s in f.statuses]))
+        if f.ids:
+            conditions.append(outbox.c.id.in_(f.ids))
+        if f.event_type is not None:
+            conditions.append(outbox.c.event_type.like(like_pattern(f.event_type), escape="\\"))
+        if f.key is not None:
+            conditions.append(outbox.c.ordering_key == f.key)
+        if f.error is not None:
+            conditions.append(
+                func.lower(outbox.c.last_error).contains(f.error.lower(), autoescape=True)
+            )
+        if f.since is not None:
+            conditions.append(outbox.c.created_at >= self._instant(f.since))
+        if f.until is not None:
+            conditions.append(outbox.c.created_at < self._instant(f.until))
+        return and_(true(), *conditions)
+
+    def _instant(self, when: datetime | timedelta) -> ColumnElement[datetime] | datetime:
+        if isinstance(when, timedelta):
+            return self.dialect.now_plus(literal(-when.total_seconds(), Float))
+        return when
+
+    def list_events(
+        self, matching: ColumnElement[bool], limit: int, after: int | None
+    ) -> Select[Any]:
+        """Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET)."""
+        stmt = select(*EVENT_COLUMNS).where(matching)
+        if after is not None:
+            stmt = stmt.where(outbox.c.id > after)
+        return stmt.order_by(outbox.c.id).limit(limit)
+
+    def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
+        """How many rows ``matching`` selects."""
+        return select(func.count()).select_from(outbox).where(matching)
+
+    def count_by_status(self) -> CompoundSelect[Any]:
+        """Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
+        unsent ones read the partial index, the total the primary key, never the history."""
+        unsent = (
+            select(outbox.c.status, func.count())
+            .where(outbox.c.status.in_([PENDING, PROCESSING, FAILED]))
+            .group_by(outbox.c.status)
+        )
+        return union_all(
+            unsent, select(literal_column("'total'"), func.count()).select_from(outbox)
+        )
+
+    def oldest_pending_age(self) -> Select[Any]:
+        """Age in seconds of the oldest pending row (NULL when none)."""
+        oldest = (
+            select(func.min(outbox.c.created_at))
+            .where(outbox.c.status == PENDING)
+            .scalar_subquery()
+        )
+        return select(self.dialect.seconds_since(oldest))
+
+    def expired_leases(self) -> Select[Any]:
+        """How many processing rows have an expired lease."""
+        return select(func.count()).where(
+            outbox.c.status == PROCESSING, outbox.c.locked_until < self.dialect.now()
+        )
+
+    def gauges(self, limit: int) -> Select[Any]:
+        """Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
+
+        Each count stops at ``limit`` rows (a bounded scan)."""
+
+        # Restating the partial index's predicate lets every planner (SQLite's included) read
+        # ix_outbox_unsent instead of the table.
+        unsent = outbox.c.status.in_([PENDING, PROCESSING, FAILED])
+
+        def capped(*where: ColumnElement[bool]) -> Any:
+            rows = select(outbox.c.id).where(unsent, *where).limit(limit).subquery()
+            return select(func.count()).select_from(rows).scalar_subquery()
+
+        oldest = select(func.min(outbox.c.created_at)).where(unsent, outbox.c.status == PENDING)
+        return select(
+            capped(outbox.c.status == PENDING).label("pending"),
+            capped(outbox.c.status == PROCESSING).label("processing"),
+            capped(outbox.c.status == FAILED).label("failed"),
+            capped(outbox.c.status == PROCESSING, outbox.c.locked_until < self.dialect.now()).label(
+                "expired_leases"
+            ),
+            self.dialect.seconds_since(oldest.scalar_subquery()).label("oldest_pending_age"),
+        )
+
+    def try_lock(self, conn: Connection, key: int) -> bool:
+        """Take the exclusive lock ``key`` until the open transaction ends, if it is free.
+
+        The base has no such lock and says yes: its callers must be harmless when run twice.
+        """
+        return True
+
+    def retry_failed(self, matching: ColumnElement[bool]) -> Update:
+        """The failed rows ``matching`` selects go back to pending with fresh attempts."""
+        stmt = update(outbox).where(outbox.c.status == FAILED, matching)
+        return stmt.values(
+            status=PENDING,
+            attempt=0,
+            next_retry_at=null(),
+            locked_by=null(),
+            locked_until=null(),
+            updated_at=self.dialect.now(),
+        )
+
+    def purge_failed(self, matching: ColumnElement[bool]) -> Delete:
+        """Delete the failed rows ``matching`` selects."""
+        return delete(outbox).where(outbox.c.status == FAILED, matching)
+
+    def purge_sent_matching(self, matching: ColumnElement[bool]) -> Delete:
+        """Delete the sent rows ``matching`` selects (an operator's purge by filter)."""
+        return delete(outbox).where(outbox.c.status == SENT, matching)
+
+    def event_details(self, matching: ColumnElement[bool]) -> Select[Any]:
+        """Every column of the rows ``matching`` selects (one event's page)."""
+        return select(outbox).where(matching).order_by(outbox.c.id).limit(2)
+
+    def sent_per_minute(self) -> Select[Any]:
+        """The last hour's sent rows per minute ago (0-59), with their mean and largest
+        commit-to-sent lag in seconds; reads that hour only, through ``ix_outbox_sent_at``."""
+        ago = func.floor(self.dialect.seconds_since(outbox.c.sent_at) / literal_column("60.0"))
+        lag = self.dialect.seconds_since(outbox.c.created_at) - self.dialect.seconds_since(
+            outbox.c.sent_at
+        )
+        return (
+            select(
+                ago.label("minutes_ago"),
+                func.count().label("sent"),
+                func.avg(lag).label("mean_lag"),
+                func.max(lag).label("max_lag"),
+            )
+            .where(outbox.c.sent_at >= self.dialect.now_plus(literal(-3600.0, Float)))
+            .group_by(ago)
+        )
+
+    def leases_by_holder(self) -> Select[Any]:
+        """Processing rows per lease holder: how many, how many expired, first and last expiry."""
+        expired = case((outbox.c.locked_until < self.dialect.now(), 1), else_=0)
+        return (
+            select(
+                outbox.c.locked_by,
+                func.count().label("rows"),
+                func.sum(expired).label("expired"),
+                func.min(outbox.c.locked_until).label("first_expiry"),
+                func.max(outbox.c.locked_until).label("last_expiry"),
+            )
+            .where(outbox.c.status == PROCESSING)
+            .group_by(outbox.c.locked_by)
+            .order_by(outbox.c.locked_by)
+        )
+
+    def record_action(self) -> Insert:
+        """One audit row: who did what, to which rows, how many (bind every column but id, at)."""
+        return insert(audit)
+
+    def audit_page(self, limit: int, after: int | None) -> Select[Any]:
+        """Audit rows, newest first, from just before ``after`` (keyset by id)."""
+        stmt = select(audit)
+        if after is not None:
+            stmt = stmt.where(audit.c.id < after)
+        return stmt.order_by(audit.c.id.desc()).limit(limit)
+
+    def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
+        """Delete up to ``limit`` sent rows older than the retention, oldest first."""
+        victims = (
+            select(outbox.c.id)
+            .where(
+                outbox.c.status == SENT,
+                self.dialect.seconds_since(outbox.c.sent_at) > older_than_seconds,
+            )
+            .order_by(outbox.c.id)
+            .limit(limit)
+        )
+        return delete(outbox).where(outbox.c.id.in_(victims.scalar_subquery()))
+
+    def beat_update(self) -> Update:
+        """Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet)."""
+        stmt = update(heartbeats).where(heartbeats.c.name == bindparam("b_name"))
+        return stmt.values(beat_at=self.dialect.now())
+
+    def beat_insert(self) -> Insert:
+        """Heartbeat ``b_name``'s first row, at the database's now."""
+        return insert(heartbeats).values(name=bindparam("b_name"), beat_at=self.dialect.now())
+
+    def beat_ages(self) -> Select[Any]:
+        """Each heartbeat's name and seconds since it beat."""
+        return select(heartbeats.c.name, self.dialect.seconds_since(heartbeats.c.beat_at))

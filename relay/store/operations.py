@@ -1,0 +1,255 @@
+"""The operations store: what ``relay`` commands, the console, the metrics and the fleet's
+purge ask of the outbox (status, gauges, lists, retry and purge, audit, heartbeats, retention).
+
+Nothing on the dispatch path calls it; its statements are in
+``relay.store.dialects.operations``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+
+from relay.exceptions import StoreError
+from relay.records import Status, StatusReport
+from relay.store import dialects
+from relay.store.base import BaseStore, executemany
+from relay.store.filters import EventFilter
+from relay.store.schema import outbox
+
+log = logging.getLogger(__name__)
+
+#: Advisory lock key of the sent-row purge (an arbitrary constant: "relay purge" in ASCII).
+PURGE_LOCK_KEY = 0x72656C6179707267
+
+
+class OperationsStore(BaseStore):
+    """The operator's verbs over the ``outbox`` table of one database."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.ops = dialects.operations_for(self.dialect)
+
+    def status(self) -> StatusReport:
+        """Rows per status, age of the oldest pending row, expired leases."""
+        with self._tx() as conn:
+            counts = {str(s): int(n) for s, n in conn.execute(self.ops.count_by_status())}
+            sent = counts.pop("total", 0) - sum(counts.values())
+            if sent > 0:
+                counts[Status.SENT.value] = sent
+            age = conn.execute(self.ops.oldest_pending_age()).scalar()
+            expired = int(conn.execute(self.ops.expired_leases()).scalar() or 0)
+        return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+
+    def gauges(self, limit: int) -> StatusReport:
+        """What ``relay status`` reports for a metrics scrape, in one statement, each count
+        stopped at ``limit`` rows (bounded scans); ``sent`` is left out (the relay's counter
+        gives its rate)."""
+        with self._tx() as conn:
+            row = conn.execute(self.ops.gauges(limit)).mappings().one()
+        counts = {s: int(row[s] or 0) for s in ("pending", "processing", "failed")}
+        age = row["oldest_pending_age"]
+        expired = int(row["expired_leases"] or 0)
+        return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+
+    def beat(self, name: str) -> None:
+        """Record that ``name`` (e.g. the tick) ran now, in database time."""
+        with self._tx() as conn:
+            if conn.execute(self.ops.beat_update(), {"b_name": name}).rowcount:
+                return
+        with contextlib.suppress(StoreError), self._tx() as conn:  # a racing first beat won
+            conn.execute(self.ops.beat_insert(), {"b_name": name})
+
+    def beat_ages(self) -> dict[str, float]:
+        """Seconds since each heartbeat, by name (database time)."""
+        with self._tx() as conn:
+            return {n: max(0.0, float(a)) for n, a in conn.execute(self.ops.beat_ages())}
+
+    def list_events(
+        self, f: EventFilter, limit: int = 100, after: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows the filter selects, by id after ``after``: a page of at most ``limit``."""
+        with self._tx() as conn:
+            stmt = self.ops.list_events(self.ops.matching(f), limit, after)
+            return [dict(r) for r in conn.execute(stmt).mappings()]
+
+    def _count(self, conn: Connection, matching: Any) -> int:
+        return int(conn.execute(self.ops.count_matching(matching)).scalar_one())
+
+    def retry_failed(
+        self,
+        f: EventFilter | Sequence[int] | None = None,
+        *,
+        dry_run: bool = False,
+        actor: Actor | None = None,
+    ) -> Changed:
+        """Put the failed rows the filter selects (all, or these ids) back to pending with
+        fresh attempts; a dry run counts them and changes nothing. ``actor``: record the action
+        in the audit table, in the same transaction."""
+        chosen = _failed(f).for_action("retry")
+        matching = self.ops.matching(chosen)
+        with self._tx() as conn:
+            matched = self._count(conn, _and_failed(matching))
+            if dry_run:
+                return Changed(matched, 0)
+            done = Changed(matched, conn.execute(self.ops.retry_failed(matching)).rowcount)
+            self._audit(conn, actor, "retry", chosen, done)
+            return done
+
+    def purge_failed(
+        self,
+        f: EventFilter | Sequence[int] | None = None,
+        *,
+        dry_run: bool = False,
+        actor: Actor | None = None,
+    ) -> Changed:
+        """Delete the failed rows the filter selects (all, or these ids); a purged failed head
+        no longer holds its key, whose progress moves past it. A dry run changes nothing."""
+        chosen = _failed(f).for_action("purge")
+        matching = self.ops.matching(chosen)
+        with self._tx() as conn:
+            matched = self._count(conn, _and_failed(matching))
+            if dry_run:
+                return Changed(matched, 0)
+            places = conn.execute(self.ops.failed_places(matching)).all()
+            n = conn.execute(self.ops.purge_failed(matching)).rowcount
+            moves = [{"b_key": k, "b_from": int(s) - 1, "b_to": int(s)} for k, s in places]
+            if moves:
+                executemany(conn, self.ops.advance(), moves)
+            self._audit(conn, actor, "purge", chosen, Changed(matched, n))
+            return Changed(matched, n)
+
+    def purge_sent_events(
+        self, f: EventFilter, *, dry_run: bool = False, actor: Actor | None = None
+    ) -> Changed:
+        """Delete the sent rows the filter selects (ids, a filter or all), in one transaction;
+        the retention purge (:meth:`purge_sent`) is the tool for deleting history by age."""
+        chosen = replace(f, statuses=(Status.SENT,)).for_action("purge")
+        matching = self.ops.matching(chosen)
+        with self._tx() as conn:
+            matched = self._count(conn, sa.and_(outbox.c.status == Status.SENT.value, matching))
+            if dry_run:
+                return Changed(matched, 0)
+            done = Changed(matched, conn.execute(self.ops.purge_sent_matching(matching)).rowcount)
+            self._audit(conn, actor, "purge", chosen, done)
+            return done
+
+    def _audit(
+        self, conn: Connection, actor: Actor | None, action: str, f: EventFilter, done: Changed
+    ) -> None:
+        if actor is None:
+            return
+        conn.execute(
+            self.ops.record_action(),
+            {
+                "actor": actor.name[:255],
+                "role": actor.role,
+                "via": actor.via,
+                "action": action,
+                "status": f.statuses[0].value,
+                "selector": f.as_dict(),
+                "matched": done.matched,
+                "changed": done.changed,
+            },
+        )
+
+    def event(self, event_id: int) -> dict[str, Any] | None:
+        """Every column of one row, or None when there is no such row."""
+        with self._tx() as conn:
+            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(event_id,))))
+            row = conn.execute(stmt).mappings().first()
+        return None if row is None else dict(row)
+
+    def sent_per_minute(self) -> list[dict[str, Any]]:
+        """The last hour's sent rows and commit-to-sent lag per minute ago, oldest first."""
+        with self._tx() as conn:
+            rows = conn.execute(self.ops.sent_per_minute()).mappings().all()
+        return sorted(
+            (
+                {
+                    "minutes_ago": int(r["minutes_ago"]),
+                    "sent": int(r["sent"]),
+                    "mean_lag": max(0.0, float(r["mean_lag"] or 0)),
+                    "max_lag": max(0.0, float(r["max_lag"] or 0)),
+                }
+                for r in rows
+                if r["minutes_ago"] is not None
+            ),
+            key=lambda r: -r["minutes_ago"],
+        )
+
+    def leases(self) -> list[dict[str, Any]]:
+        """Processing rows per lease holder: rows, expired ones, first and last expiry."""
+        with self._tx() as conn:
+            return [dict(r) for r in conn.execute(self.ops.leases_by_holder()).mappings()]
+
+    def audit_log(self, limit: int = 100, after: int | None = None) -> list[dict[str, Any]]:
+        """Operators' recorded actions, newest first, from just before audit id ``after``."""
+        with self._tx() as conn:
+            stmt = self.ops.audit_page(limit, after)
+            return [dict(r) for r in conn.execute(stmt).mappings()]
+
+    def purge_sent(
+        self,
+        older_than_seconds: float,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+        *,
+        exclusive: bool = False,
+    ) -> int:
+        """Delete sent rows older than the retention in short transactions of ``batch_size``.
+
+        ``exclusive``: each batch first takes the purge lock and the purge stops when another
+        purger holds it, so a fleet deletes one batch at a time.
+        """
+        total = batches = 0
+        while max_batches is None or batches < max_batches:
+            with self._tx() as conn:
+                if exclusive and not self.ops.try_lock(conn, PURGE_LOCK_KEY):
+                    log.info("another purge is running; leaving the rest to it")
+                    break
+                n = conn.execute(self.ops.purge_sent(older_than_seconds, batch_size)).rowcount
+            total += n
+            batches += 1
+            if n < batch_size:
+                break
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who takes an operator's action, for the audit table."""
+
+    #: The name given at sign-in, or a script's ``X-Relay-Actor``.
+    name: str
+    #: ``operator`` (only operators act; kept for the record).
+    role: str
+    #: ``console`` or ``api``.
+    via: str
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """What an operator's action selected and what it changed (0 on a dry run)."""
+
+    matched: int
+    changed: int
+
+
+def _failed(f: EventFilter | Sequence[int] | None) -> EventFilter:
+    """A filter over failed rows: ids (the old calling style), all (None), or the filter."""
+    if f is None:
+        return EventFilter(statuses=(Status.FAILED,), all=True)
+    if isinstance(f, EventFilter):
+        return replace(f, statuses=(Status.FAILED,))
+    return EventFilter(statuses=(Status.FAILED,), ids=tuple(f))
+
+
+def _and_failed(matching: Any) -> Any:
+    return sa.and_(outbox.c.status == Status.FAILED.value, matching)

@@ -1,0 +1,139 @@
+"""The dispatcher's decisions on the shipped doubles: an in-memory store and publisher, no
+database, no broker (the same decisions against real services: tests/integration)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from relay.config import Settings
+from relay.dispatch.dispatcher import Dispatcher
+from relay.records import ClaimedEvent, PublishResult, Status
+from relay.testing import InMemoryPublisher, InMemoryStore
+
+LEASE = 30.0
+
+
+class Clock:
+    """Monotonic seconds that move only when a test moves them."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _dispatcher(
+    store: InMemoryStore, publisher: object, clock: Clock, max_attempts: int = 3
+) -> Dispatcher:
+    settings = Settings(lease_seconds=LEASE, max_attempts=max_attempts)
+    return Dispatcher(
+        store,
+        publisher,  # type: ignore[arg-type]  # a double with publish() and close()
+        settings,
+        worker_id="w1",
+        rng=random.Random(7),
+        clock=clock,
+    )
+
+
+def test_a_confirmed_event_is_marked_sent() -> None:
+    """The broker confirms: the row becomes sent and nothing is left to claim."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    event_id = store.add("order.created", {"n": 1})
+    publisher = InMemoryPublisher()
+    report = _dispatcher(store, publisher, clock).run_once()
+    assert (report.claimed, report.sent, report.lost) == (1, 1, 0)
+    assert store.status_of(event_id) is Status.SENT
+    assert publisher.ids == [event_id]
+
+
+def test_a_refused_publish_is_rescheduled_after_its_backoff() -> None:
+    """A nack with attempts left: back to pending, its error kept, claimable only later."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    event_id = store.add("order.created", {"n": 1})
+    report = _dispatcher(store, InMemoryPublisher(reject_times=1), clock).run_once()
+    row = store.rows[event_id]
+    assert report.rescheduled == 1
+    assert (row.status, row.attempt, row.last_error) == (Status.PENDING, 1, "simulated nack")
+    assert row.next_retry_at is not None
+    assert row.next_retry_at >= clock.now
+
+
+def test_the_last_attempt_buries_the_event() -> None:
+    """A nack on the last allowed attempt makes the row failed (a dead letter)."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    event_id = store.add("order.created", {"n": 1})
+    publisher = InMemoryPublisher(reject_times=1)
+    report = _dispatcher(store, publisher, clock, max_attempts=1).run_once()
+    assert report.buried == 1
+    assert store.status_of(event_id) is Status.FAILED
+
+
+def test_a_broker_outage_gives_the_attempt_back() -> None:
+    """An unreachable broker releases the batch without spending its attempt."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    event_id = store.add("order.created", {"n": 1})
+    report = _dispatcher(store, InMemoryPublisher(unavailable_times=1), clock).run_once()
+    row = store.rows[event_id]
+    assert report.broker_error is not None
+    assert report.released == 1
+    assert (row.status, row.attempt) == (Status.PENDING, 0)
+
+
+class _Stalling:
+    """Publishes, but meanwhile the lease runs out and another worker reclaims the rows."""
+
+    def __init__(self, store: InMemoryStore, clock: Clock) -> None:
+        self.store, self.clock = store, clock
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        self.clock.now += LEASE + 1
+        assert len(self.store.claim("thief", 10, LEASE)) == len(events)
+        return PublishResult(confirmed=list(events))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_lost_lease_changes_nothing() -> None:
+    """Outcomes of rows another worker reclaimed are fenced out and counted as lost."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    event_id = store.add("order.created", {"n": 1})
+    report = _dispatcher(store, _Stalling(store, clock), clock).run_once()
+    row = store.rows[event_id]
+    assert (report.sent, report.lost) == (0, 1)
+    assert (row.status, row.locked_by, row.attempt) == (Status.PROCESSING, "thief", 2)
+
+
+def test_a_failed_head_holds_back_the_rest_of_its_key() -> None:
+    """A key's failed row stops its run: the rows after it are given back, unspent."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    head = store.add("order.created", {"n": 1}, ordering_key="order-1")
+    second = store.add("order.paid", {"n": 2}, ordering_key="order-1")
+    report = _dispatcher(store, InMemoryPublisher(reject_times=1), clock).run_once()
+    assert (report.rescheduled, report.released, report.sent) == (1, 1, 0)
+    assert store.rows[head].attempt == 1
+    assert (store.status_of(second), store.rows[second].attempt) == (Status.PENDING, 0)
+
+
+def test_a_key_goes_out_in_order_across_batches() -> None:
+    """Batches of one: each run_once sends the key's next row, never one out of turn."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    ids = [store.add("order.step", {"n": n}, ordering_key="order-1") for n in range(3)]
+    store.add("audit.note", {"n": 9})
+    publisher = InMemoryPublisher()
+    settings = Settings(batch_size=1, batch_max=1)
+    dispatcher = Dispatcher(store, publisher, settings, clock=clock)
+    for _ in range(4):
+        dispatcher.run_once()
+    assert [i for i in publisher.ids if i in ids] == ids
+    assert {store.status_of(i) for i in ids} == {Status.SENT}
