@@ -25,7 +25,7 @@ from relay.store.dispatch import Actor
 from relay.store.filters import EventFilter
 
 if TYPE_CHECKING:
-    from relay.console.app import Console
+    from relay.console.context import Console
 
 Page = Callable[[Request, Credential], Awaitable[Response]]
 #: The filter fields a page carries from the list to the confirmation and back.

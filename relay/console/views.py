@@ -8,10 +8,9 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from typing import Any
 
-from relay.commands.rows import parse_when
 from relay.records import Status
 from relay.store.dispatch import Actor, Changed, Store
-from relay.store.filters import EventFilter
+from relay.store.filters import EventFilter, parse_when
 
 #: What replaces a masked field's value.
 MASK = "***"
