@@ -7,8 +7,8 @@ import threading
 from typing import Any
 
 from relay.config import Settings
+from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
-from relay.observe import observers as observe
 
 
 class Runtime:
@@ -25,9 +25,7 @@ class Runtime:
         if self._pid != os.getpid():
             self.forget()
         if self._dispatcher is None:
-            self._dispatcher = Dispatcher.from_settings(
-                self.settings, observer=observe.for_settings(self.settings)
-            )
+            self._dispatcher = runner.dispatcher(self.settings)
             self._pid = os.getpid()
         return self._dispatcher
 
@@ -44,6 +42,4 @@ class Runtime:
     def close(self, *_: Any, **__: Any) -> None:
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None and self._pid == os.getpid():
-            dispatcher.close()
-            dispatcher.publisher.close()
-            dispatcher.store.dispose()
+            runner.shutdown(dispatcher)

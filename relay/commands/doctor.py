@@ -7,6 +7,8 @@ needs the database) are skipped, as a failure, when it failed.
 
 from __future__ import annotations
 
+import argparse
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -14,6 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from relay.commands.base import Command
 from relay.config import Settings
 from relay.exceptions import RelayError
 
@@ -254,4 +257,30 @@ def settings_or_error() -> tuple[Settings | None, str | None]:
         return None, str(exc)
 
 
-__all__ = ["FAIL", "PASS", "WARN", "Check", "run", "settings_or_error"]
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run(_: Settings, args: argparse.Namespace) -> int:
+    checks = run(*settings_or_error())
+    if args.json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"{c.status.upper():<5} {c.name}: {c.detail}")
+            if c.fix:
+                print(f"      fix: {c.fix}")
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+COMMAND = Command(
+    "doctor",
+    "check the deployment; each problem comes with its fix",
+    _arguments,
+    _run,
+    # The doctor reads every variable itself and reports a bad one as a failed check.
+    uses=frozenset(),
+)
+
+
+__all__ = ["COMMAND", "FAIL", "PASS", "WARN", "Check", "run", "settings_or_error"]

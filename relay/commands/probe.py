@@ -8,12 +8,15 @@ is fresh (a hung loop stops touching it). A Celery worker's liveness is Celery's
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import time
 
 import sqlalchemy as sa
 
-from relay.config import Settings
+from relay.commands.base import Command
+from relay.config import DATABASE_ONLY, Settings
 from relay.urls import redact
 
 
@@ -54,8 +57,28 @@ def live(heartbeat_file: str | None, max_age: float) -> tuple[bool, str]:
     return True, f"live: the loop passed {age:.1f}s ago"
 
 
-def touch(path: str) -> None:
-    """Mark the loop alive (creates the file)."""
-    with open(path, "a"):
-        pass
-    os.utime(path, None)
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "kind",
+        choices=["ready", "live"],
+        help="ready: database and broker reachable; live: a dispatch loop's heartbeat is fresh",
+    )
+    p.add_argument("--heartbeat-file", help="live: the file `relay dispatch --loop` touches")
+    p.add_argument("--max-age", type=float, default=60.0, help="live: seconds (default 60)")
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    ok, detail = (
+        ready(settings) if args.kind == "ready" else live(args.heartbeat_file, args.max_age)
+    )
+    print(detail, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+COMMAND = Command(
+    "probe",
+    "health probes for Docker and Kubernetes (exit 0 = healthy)",
+    _arguments,
+    _run,
+    uses=DATABASE_ONLY | {"broker_url", "events_url"},
+)
