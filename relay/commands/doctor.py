@@ -16,9 +16,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from relay.commands import reach
 from relay.commands.base import Command
 from relay.config import Settings
-from relay.exceptions import RelayError
+from relay.exceptions import BrokerUnavailable, RelayError, StoreError
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 #: Database and host clocks further apart than this are worth a warning (Celery compares a
@@ -61,10 +62,9 @@ def _engine(settings: Settings) -> sa.Engine:
 
 def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.SQLAlchemyError as exc:
-        yield Check("database", FAIL, _first_line(exc), "check RELAY_DATABASE_URL and the server")
+        reach.database(engine)
+    except StoreError as exc:
+        yield Check("database", FAIL, str(exc), "check RELAY_DATABASE_URL and the server")
         return
     yield Check("database", PASS, f"reachable ({engine.dialect.name})")
     schema = _schema(engine)
@@ -192,18 +192,12 @@ def _unroutable(engine: sa.Engine) -> Check:
 
 
 def _broker(settings: Settings) -> Iterator[Check]:
-    import kombu
-
-    from relay.publishers import transports
-
-    url = settings.events_connection_url
     try:
-        with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
-            conn.ensure_connection(max_retries=1, timeout=5)
+        with reach.broker(settings) as conn:
             yield Check("broker", PASS, f"reachable ({conn.transport_cls})")
             yield _exchange(conn, settings.exchange)
-    except Exception as exc:  # Kombu raises many unrelated types for "cannot connect"
-        yield Check("broker", FAIL, _first_line(exc), "check RELAY_EVENTS_URL and the broker")
+    except BrokerUnavailable as exc:
+        yield Check("broker", FAIL, str(exc), "check RELAY_EVENTS_URL and the broker")
 
 
 def _exchange(conn: Any, name: str) -> Check:
@@ -241,13 +235,6 @@ def _bindings(channel: Any, name: str) -> int | None:
         return len(list(get_table(name)))
     except Exception:
         return None
-
-
-def _first_line(exc: BaseException) -> str:
-    from relay.urls import redact
-
-    text = str(exc).strip().splitlines()
-    return redact(f"{type(exc).__name__}: {text[0] if text else ''}")
 
 
 def settings_or_error() -> tuple[Settings | None, str | None]:

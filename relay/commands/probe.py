@@ -13,34 +13,28 @@ import os
 import sys
 import time
 
-import sqlalchemy as sa
-
 from relay.commands.base import Command
 from relay.config import DATABASE_ONLY, Settings
-from relay.urls import redact
+from relay.exceptions import BrokerUnavailable, StoreError
 
 
 def ready(settings: Settings) -> tuple[bool, str]:
     """(healthy, why): the database and the events broker are reachable."""
-    import kombu
-
-    from relay.publishers import transports
+    from relay.commands import reach
     from relay.store.engine import create_engine
 
     engine = create_engine(settings.database_url)
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.SQLAlchemyError as exc:
-        return False, f"database unreachable: {redact(str(exc).splitlines()[0])}"
+        reach.database(engine)
+    except StoreError as exc:
+        return False, str(exc)
     finally:
         engine.dispose()
-    url = settings.events_connection_url
     try:
-        with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
-            conn.ensure_connection(max_retries=1, timeout=5)
-    except Exception as exc:  # Kombu raises many unrelated types for "cannot connect"
-        return False, f"broker unreachable: {redact(str(exc))}"
+        with reach.broker(settings):
+            pass
+    except BrokerUnavailable as exc:
+        return False, str(exc)
     return True, "ready: database and broker reachable"
 
 
