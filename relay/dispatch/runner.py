@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from relay.config import Settings
-from relay.dispatch import listener as listening
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.observe.observers import Observer, Observers
 
 if TYPE_CHECKING:
+    from relay.dispatch.listener import Listener, Poller
     from relay.store.dispatch import Store
 
 # The CLI's own logger: `relay dispatch` has always logged its start and end under "relay".
@@ -99,26 +99,28 @@ def _loop(settings: Settings, relay: Dispatcher, heartbeat_file: str | None) -> 
 
 def listener(
     settings: Settings, on_notify: Callable[[], None], *, exclusive: bool = False
-) -> listening.Listener | None:
+) -> Listener | None:
     """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener calling ``on_notify`` on
     each notification; otherwise None."""
+    # Loaded here, not above: psycopg is needed only where a loop or a beat watches the outbox.
+    from relay.dispatch import listener as listening
+
     if not (settings.notify and listening.supports(settings.database_url)):
         return None
     return listening.Listener(settings.database_url, on_notify, exclusive=exclusive).start()
 
 
-def watcher(
-    settings: Settings, on_found: Callable[[], None]
-) -> listening.Listener | listening.Poller:
+def watcher(settings: Settings, on_found: Callable[[], None]) -> Listener | Poller:
     """The deployment's one watcher of new rows, started: an exclusive listener (a second one on
     the same database stands by), or where there is no NOTIFY a poller, floor to tick."""
     s = settings
     found = listener(s, on_found, exclusive=True)
     if found is not None:
         return found
+    from relay.dispatch.listener import Poller
     from relay.store.dispatch import Store
 
-    poller = listening.Poller(
+    poller = Poller(
         Store.from_url(s.database_url), on_found, s.poll_floor_seconds, s.tick_seconds
     ).start()
     log_celery.info("relay poller started: every %gs to %gs", s.poll_floor_seconds, s.tick_seconds)

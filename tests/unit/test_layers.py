@@ -51,6 +51,14 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.consume.deadletters", {"sqlalchemy", "celery"}),
         ("relay.dispatch.listener", {"kombu", "celery", "amqp", "redis"}),
         ("relay.console", {"kombu", "celery", "amqp", "redis", "prometheus_client"}),
+        (
+            "relay.dispatch.runner",
+            {"celery", "kombu", "psycopg", "prometheus_client", "opentelemetry"},
+        ),
+        (
+            "relay.commands",
+            {"celery", "kombu", "amqp", "psycopg", "rich", "starlette", "prometheus_client"},
+        ),
     ],
 )
 def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) -> None:
