@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from relay.commands import reach
 from relay.commands.base import Command
 from relay.config import Settings
-from relay.exceptions import BrokerUnavailable, RelayError, StoreError
+from relay.exceptions import BrokerUnavailable, ConfigError, RelayError, StoreError
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 #: Database and host clocks further apart than this are worth a warning (Celery compares a
@@ -196,7 +196,7 @@ def _broker(settings: Settings) -> Iterator[Check]:
         with reach.broker(settings) as conn:
             yield Check("broker", PASS, f"reachable ({conn.transport_cls})")
             yield _exchange(conn, settings.exchange)
-    except BrokerUnavailable as exc:
+    except (BrokerUnavailable, ConfigError) as exc:
         yield Check("broker", FAIL, str(exc), "check RELAY_EVENTS_URL and the broker")
 
 

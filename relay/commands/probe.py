@@ -15,7 +15,7 @@ import time
 
 from relay.commands.base import Command
 from relay.config import DATABASE_ONLY, Settings
-from relay.exceptions import BrokerUnavailable, StoreError
+from relay.exceptions import BrokerUnavailable, ConfigError, StoreError
 
 
 def ready(settings: Settings) -> tuple[bool, str]:
@@ -33,7 +33,7 @@ def ready(settings: Settings) -> tuple[bool, str]:
     try:
         with reach.broker(settings):
             pass
-    except BrokerUnavailable as exc:
+    except (BrokerUnavailable, ConfigError) as exc:
         return False, str(exc)
     return True, "ready: database and broker reachable"
 

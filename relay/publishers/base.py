@@ -16,7 +16,7 @@ from typing import Any
 import kombu
 import kombu.exceptions
 
-from relay.exceptions import BrokerUnavailable, PublishError
+from relay.exceptions import BrokerUnavailable, ConfigError, PublishError
 from relay.publishers import message, transports
 from relay.records import ClaimedEvent, PublishResult
 from relay.urls import redact
@@ -168,8 +168,13 @@ def translated(conn: kombu.Connection, what: str = "broker unavailable") -> Iter
 @contextlib.contextmanager
 def connection(url: str, *, timeout: int) -> Iterator[kombu.Connection]:
     """A connection to ``url``, connected, for checks that publish nothing (it declares no
-    exchange, unlike :meth:`KombuPublisher.connect`); BrokerUnavailable when refused."""
-    conn = kombu.Connection(url, transport_options=transports.transport_options(url))
+    exchange, unlike :meth:`KombuPublisher.connect`); BrokerUnavailable when refused,
+    ConfigError when ``url`` names no transport Kombu has."""
+    try:
+        # The constructor resolves the scheme's transport class.
+        conn = kombu.Connection(url, transport_options=transports.transport_options(url))
+    except (KeyError, ImportError) as exc:  # a scheme Kombu has no transport for
+        raise ConfigError(f"{redact(url)!r} names no usable transport: {describe(exc)}") from exc
     try:
         with translated(conn, "broker unreachable"):
             conn.ensure_connection(max_retries=1, timeout=timeout)

@@ -7,7 +7,7 @@ import pytest
 
 from relay.commands import reach
 from relay.config import Settings
-from relay.exceptions import BrokerUnavailable, DatabaseUnavailable
+from relay.exceptions import BrokerUnavailable, ConfigError, DatabaseUnavailable
 from relay.store.engine import create_engine
 
 #: Nothing listens there: the connection is refused at once.
@@ -53,3 +53,13 @@ def test_a_live_database_answers(db_url: str) -> None:
         assert reach.database(engine) is None
     finally:
         engine.dispose()
+
+
+def test_a_scheme_without_a_transport_is_a_config_error() -> None:
+    """A URL whose scheme Kombu has no transport for is the operator's ConfigError, naming it,
+    not Kombu's KeyError."""
+    with (
+        pytest.raises(ConfigError, match=r"'nosuch://x' names no usable transport"),
+        reach.broker(Settings(events_url="nosuch://x")),
+    ):
+        pass
