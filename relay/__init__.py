@@ -63,10 +63,11 @@ def __getattr__(name: str) -> Any:
 #: Modules that moved into the package's rooms, by their old path: ``import relay.engine`` and
 #: ``from relay.inbox import claim`` keep working and give the module at its new home.
 MOVED = {
-    "relay.cli": "relay.commands.cli",
+    "relay.cli": "relay.commands",
+    "relay.commands.cli": "relay.commands",
     "relay.consumer": "relay.consume.consumer",
     "relay.deadletters": "relay.consume.deadletters",
-    "relay.demo": "relay.commands.demo",
+    "relay.demo": "relay.commands.demo_run",
     "relay.demo_report": "relay.commands.demo_report",
     "relay.dialects": "relay.store.dialects",
     "relay.dispatcher": "relay.dispatch.dispatcher",
@@ -86,7 +87,7 @@ MOVED = {
     "relay.timestamps": "relay.store.timestamps",
     "relay.tracing": "relay.observe.tracing",
     "relay.transports": "relay.publishers.transports",
-    "relay.watch": "relay.commands.watch",
+    "relay.watch": "relay.commands.status",
 }
 
 

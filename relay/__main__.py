@@ -1,5 +1,5 @@
 """``python -m relay`` is the ``relay`` command."""
 
-from relay.commands.cli import main
+from relay.commands import main
 
 raise SystemExit(main())

@@ -26,6 +26,7 @@ from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
 from relay.config import Settings
+from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
 from relay.publishers import transports
 
@@ -72,19 +73,12 @@ def _summary(report: Report) -> dict[str, Any]:
 
 def _serve_metrics(app: Celery, settings: Settings) -> Callable[..., None]:
     """The ``worker_init`` handler that starts the worker's Prometheus endpoint in the main
-    process, before the pool forks (:func:`relay.observe.metrics.serve_worker`: multiprocess mode,
-    the outbox gauges read by this process alone, on connections it does not pool)."""
+    process, before the pool forks (:func:`relay.dispatch.runner.serve_worker_metrics`)."""
 
     def start(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", app) is not app or settings.metrics_port is None:
+        if getattr(sender, "app", app) is not app:
             return
-        from sqlalchemy.pool import NullPool
-
-        from relay.observe import metrics
-        from relay.store.operations import OperationsStore
-
-        store = OperationsStore.from_url(settings.database_url, poolclass=NullPool)
-        metrics.serve_worker(settings.metrics_port, store)
+        runner.serve_worker_metrics(settings)
 
     return start
 

@@ -7,8 +7,8 @@ import threading
 from typing import Any
 
 from relay.config import Settings
+from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
-from relay.observe import observers as observe
 from relay.store.dispatch import DispatchStore
 from relay.store.operations import OperationsStore
 
@@ -30,9 +30,7 @@ class Runtime:
             self.forget()
         if self._dispatcher is None:
             self._store = DispatchStore.from_url(self.settings.database_url)
-            self._dispatcher = Dispatcher.from_settings(
-                self.settings, store=self._store, observer=observe.for_settings(self.settings)
-            )
+            self._dispatcher = runner.dispatcher(self.settings, self._store)
             self._pid = os.getpid()
         return self._dispatcher
 
@@ -63,6 +61,4 @@ class Runtime:
         dispatcher, self._dispatcher = self._dispatcher, None
         self._store = self._operations = None
         if dispatcher is not None and self._pid == os.getpid():
-            dispatcher.close()
-            dispatcher.publisher.close()
-            dispatcher.store.dispose()
+            runner.shutdown(dispatcher)

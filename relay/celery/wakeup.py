@@ -125,17 +125,10 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
-        from relay.dispatch import listener
-        from relay.store.dispatch import Store
+        from relay.dispatch import runner
 
-        s = settings
-        waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
-        if s.notify and listener.supports(s.database_url):
-            listener.Listener(s.database_url, waker, exclusive=True).start()
-        else:
-            store = Store.from_url(s.database_url)
-            listener.Poller(store, waker, s.poll_floor_seconds, s.tick_seconds).start()
-            log.info("relay poller started: every %gs to %gs", s.poll_floor_seconds, s.tick_seconds)
+        waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
+        runner.watcher(settings, waker)
 
     return start
 

@@ -7,6 +7,8 @@ needs the database) are skipped, as a failure, when it failed.
 
 from __future__ import annotations
 
+import argparse
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -14,8 +16,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from relay.commands import reach
+from relay.commands.base import Command
 from relay.config import Settings
-from relay.exceptions import RelayError
+from relay.exceptions import BrokerUnavailable, ConfigError, RelayError, StoreError
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 #: Database and host clocks further apart than this are worth a warning (Celery compares a
@@ -58,10 +62,9 @@ def _engine(settings: Settings) -> sa.Engine:
 
 def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.SQLAlchemyError as exc:
-        yield Check("database", FAIL, _first_line(exc), "check RELAY_DATABASE_URL and the server")
+        reach.database(engine)
+    except StoreError as exc:
+        yield Check("database", FAIL, str(exc), "check RELAY_DATABASE_URL and the server")
         return
     yield Check("database", PASS, f"reachable ({engine.dialect.name})")
     schema = _schema(engine)
@@ -189,18 +192,12 @@ def _unroutable(engine: sa.Engine) -> Check:
 
 
 def _broker(settings: Settings) -> Iterator[Check]:
-    import kombu
-
-    from relay.publishers import transports
-
-    url = settings.events_connection_url
     try:
-        with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
-            conn.ensure_connection(max_retries=1, timeout=5)
+        with reach.broker(settings) as conn:
             yield Check("broker", PASS, f"reachable ({conn.transport_cls})")
             yield _exchange(conn, settings.exchange)
-    except Exception as exc:  # Kombu raises many unrelated types for "cannot connect"
-        yield Check("broker", FAIL, _first_line(exc), "check RELAY_EVENTS_URL and the broker")
+    except (BrokerUnavailable, ConfigError) as exc:
+        yield Check("broker", FAIL, str(exc), "check RELAY_EVENTS_URL and the broker")
 
 
 def _exchange(conn: Any, name: str) -> Check:
@@ -240,13 +237,6 @@ def _bindings(channel: Any, name: str) -> int | None:
         return None
 
 
-def _first_line(exc: BaseException) -> str:
-    from relay.urls import redact
-
-    text = str(exc).strip().splitlines()
-    return redact(f"{type(exc).__name__}: {text[0] if text else ''}")
-
-
 def settings_or_error() -> tuple[Settings | None, str | None]:
     try:
         return Settings.from_env(), None
@@ -254,4 +244,30 @@ def settings_or_error() -> tuple[Settings | None, str | None]:
         return None, str(exc)
 
 
-__all__ = ["FAIL", "PASS", "WARN", "Check", "run", "settings_or_error"]
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run(_: Settings, args: argparse.Namespace) -> int:
+    checks = run(*settings_or_error())
+    if args.json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"{c.status.upper():<5} {c.name}: {c.detail}")
+            if c.fix:
+                print(f"      fix: {c.fix}")
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+COMMAND = Command(
+    "doctor",
+    "check the deployment; each problem comes with its fix",
+    _arguments,
+    _run,
+    # The doctor reads every variable itself and reports a bad one as a failed check.
+    uses=frozenset(),
+)
+
+
+__all__ = ["COMMAND", "FAIL", "PASS", "WARN", "Check", "run", "settings_or_error"]

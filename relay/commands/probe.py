@@ -8,36 +8,33 @@ is fresh (a hung loop stops touching it). A Celery worker's liveness is Celery's
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import time
 
-import sqlalchemy as sa
-
-from relay.config import Settings
-from relay.urls import redact
+from relay.commands.base import Command
+from relay.config import DATABASE_ONLY, Settings
+from relay.exceptions import BrokerUnavailable, ConfigError, StoreError
 
 
 def ready(settings: Settings) -> tuple[bool, str]:
     """(healthy, why): the database and the events broker are reachable."""
-    import kombu
-
-    from relay.publishers import transports
+    from relay.commands import reach
     from relay.store.engine import create_engine
 
     engine = create_engine(settings.database_url)
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.SQLAlchemyError as exc:
-        return False, f"database unreachable: {redact(str(exc).splitlines()[0])}"
+        reach.database(engine)
+    except StoreError as exc:
+        return False, str(exc)
     finally:
         engine.dispose()
-    url = settings.events_connection_url
     try:
-        with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
-            conn.ensure_connection(max_retries=1, timeout=5)
-    except Exception as exc:  # Kombu raises many unrelated types for "cannot connect"
-        return False, f"broker unreachable: {redact(str(exc))}"
+        with reach.broker(settings):
+            pass
+    except (BrokerUnavailable, ConfigError) as exc:
+        return False, str(exc)
     return True, "ready: database and broker reachable"
 
 
@@ -54,8 +51,28 @@ def live(heartbeat_file: str | None, max_age: float) -> tuple[bool, str]:
     return True, f"live: the loop passed {age:.1f}s ago"
 
 
-def touch(path: str) -> None:
-    """Mark the loop alive (creates the file)."""
-    with open(path, "a"):
-        pass
-    os.utime(path, None)
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "kind",
+        choices=["ready", "live"],
+        help="ready: database and broker reachable; live: a dispatch loop's heartbeat is fresh",
+    )
+    p.add_argument("--heartbeat-file", help="live: the file `relay dispatch --loop` touches")
+    p.add_argument("--max-age", type=float, default=60.0, help="live: seconds (default 60)")
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    ok, detail = (
+        ready(settings) if args.kind == "ready" else live(args.heartbeat_file, args.max_age)
+    )
+    print(detail, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+COMMAND = Command(
+    "probe",
+    "health probes for Docker and Kubernetes (exit 0 = healthy)",
+    _arguments,
+    _run,
+    uses=DATABASE_ONLY | {"broker_url", "events_url"},
+)

@@ -6,41 +6,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from relay.commands import base
+from relay.commands.base import Command
+from relay.config import DATABASE_ONLY, Settings
 from relay.records import Status
-from relay.store.filters import EventFilter
-from relay.store.operations import OperationsStore
+from relay.store.filters import EventFilter, parse_duration, parse_when
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+if TYPE_CHECKING:
+    from relay.store.operations import OperationsStore
+
 #: Columns of the table, with their widths (the last one takes the rest of the line).
 _COLUMNS = (("id", 10), ("event_type", 28), ("key", 16), ("status", 10), ("att", 4))
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
-    return float(match[1]) * _UNITS[match[2] or "s"]
-
-
-def parse_when(text: str) -> datetime | timedelta:
-    """An ISO 8601 time (UTC unless it says otherwise) or a duration ago (``2h``)."""
-    try:
-        return timedelta(seconds=parse_duration(text))
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a time (2026-12-01T08:00) nor a duration ago (2h)"
-        ) from None
-    return when if when.tzinfo else when.replace(tzinfo=datetime.now().astimezone().tzinfo)
 
 
 def add_filters(p: argparse.ArgumentParser, *, action: bool) -> None:
@@ -152,4 +131,59 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) < width else text[: width - 2] + "… "
 
 
-__all__ = ["add_filters", "event_filter", "failed", "parse_duration", "parse_when", "pending"]
+def _failed_arguments(p: argparse.ArgumentParser) -> None:
+    fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add_filters(fsub.add_parser("list", help="list failed events, oldest first"), action=False)
+    for name, verb in (("retry", "put back to pending with fresh attempts"), ("purge", "delete")):
+        add_filters(
+            fsub.add_parser(
+                name,
+                help=f"{verb} failed events: ids, a filter or --all (nothing without one)",
+            ),
+            action=True,
+        )
+
+
+def _pending_arguments(p: argparse.ArgumentParser) -> None:
+    psub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pl = psub.add_parser("list", help="pending and processing events, oldest first")
+    add_filters(pl, action=False)
+    pl.add_argument(
+        "--status", action="append", choices=["pending", "processing"], help="only this status"
+    )
+
+
+def _run_failed(settings: Settings, args: argparse.Namespace) -> int:
+    return failed(base.store(settings), args)
+
+
+def _run_pending(settings: Settings, args: argparse.Namespace) -> int:
+    return pending(base.store(settings), args)
+
+
+COMMANDS = (
+    Command(
+        "failed",
+        "inspect and recover dead-lettered events",
+        _failed_arguments,
+        _run_failed,
+        uses=DATABASE_ONLY,
+    ),
+    Command(
+        "pending",
+        "inspect the backlog and the leases held",
+        _pending_arguments,
+        _run_pending,
+        uses=DATABASE_ONLY,
+    ),
+)
+
+__all__ = [
+    "COMMANDS",
+    "add_filters",
+    "event_filter",
+    "failed",
+    "parse_duration",
+    "parse_when",
+    "pending",
+]

@@ -22,7 +22,7 @@ from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
 from relay.store.operations import Actor
 
 if TYPE_CHECKING:
-    from relay.console.app import Console
+    from relay.console.context import Console
 
 Handler = Callable[[Request, Credential], Awaitable[Response]]
 

@@ -3,26 +3,20 @@ FastAPI application, or served alone by ``relay console``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from pathlib import Path
 from typing import Any
 
-import jinja2
 from sqlalchemy import Engine
 from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
 from relay.config import Settings
 from relay.console import api, pages
-from relay.console.auth import COOKIE, Credential, Guard
+from relay.console.auth import Guard
+from relay.console.context import HERE, Console
 from relay.exceptions import ConfigError
 from relay.store.operations import OperationsStore
-
-HERE = Path(__file__).parent
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -42,29 +36,6 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
 ]
-
-
-class Console:
-    """What every handler needs: the store, the guard, the masked fields, the templates."""
-
-    def __init__(self, store: OperationsStore, guard: Guard, redact: frozenset[str]) -> None:
-        self.store = store
-        self.guard = guard
-        self.redact = redact
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
-        )
-        # A str, so autoescaping applies: markup in a payload shows as text.
-        env.filters["tojson_pretty"] = lambda value: json.dumps(
-            value, indent=2, ensure_ascii=False, default=str
-        )
-        self.templates = Jinja2Templates(env=env)
-
-    def credential(self, request: Request) -> Credential | None:
-        """The request's bearer token or session cookie, if valid."""
-        return self.guard.bearer(
-            request.headers.get("authorization"), request.headers.get("x-relay-actor")
-        ) or self.guard.session(request.cookies.get(COOKIE))
 
 
 class _Console:

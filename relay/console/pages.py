@@ -25,7 +25,7 @@ from relay.store.filters import EventFilter
 from relay.store.operations import Actor
 
 if TYPE_CHECKING:
-    from relay.console.app import Console
+    from relay.console.context import Console
 
 Page = Callable[[Request, Credential], Awaitable[Response]]
 #: The filter fields a page carries from the list to the confirmation and back.

@@ -8,9 +8,8 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from typing import Any
 
-from relay.commands.rows import parse_when
 from relay.records import Status
-from relay.store.filters import EventFilter
+from relay.store.filters import EventFilter, parse_when
 from relay.store.operations import Actor, Changed, OperationsStore
 
 #: What replaces a masked field's value.

@@ -27,8 +27,7 @@ from relay.exceptions import BrokerUnavailable, StoreError
 from relay.observe.observers import Observer, Recorded
 from relay.policy import Backoff, CircuitBreaker, RetryPolicy, task_expired
 from relay.publishers import Publisher, message
-from relay.records import Buried, ClaimedEvent, Released, Rescheduled
-from relay.records import Completed
+from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)

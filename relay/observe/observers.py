@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from relay.records import ClaimedEvent, PublishResult
-
-if TYPE_CHECKING:
-    from relay.config import Settings
 
 #: Publishes a batch: the publisher's ``publish``, or the next observer's wrapping of it.
 Send = Callable[[list[ClaimedEvent]], PublishResult]
@@ -85,21 +81,3 @@ class Observers(Observer):
 
 def _wrapped(observer: Observer, send: Send) -> Send:
     return lambda events: observer.publish(events, send)
-
-
-def for_settings(settings: Settings) -> Observer:
-    """The observers a relay process runs with: Prometheus metrics when ``RELAY_METRICS_PORT``
-    is set, publish spans when OpenTelemetry is installed; the no-op base otherwise."""
-    from relay.observe import tracing
-
-    chosen: list[Observer] = []
-    if settings.metrics_port is not None:
-        from relay.observe import metrics
-
-        chosen.append(metrics.PrometheusObserver.shared())
-    if tracing.available():
-        system = tracing.messaging_system(settings.events_connection_url)
-        chosen.append(tracing.PublishTracer(settings.exchange, system))
-    if not chosen:
-        return Observer()
-    return chosen[0] if len(chosen) == 1 else Observers(chosen)

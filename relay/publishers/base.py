@@ -16,7 +16,7 @@ from typing import Any
 import kombu
 import kombu.exceptions
 
-from relay.exceptions import BrokerUnavailable, PublishError
+from relay.exceptions import BrokerUnavailable, ConfigError, PublishError
 from relay.publishers import message, transports
 from relay.records import ClaimedEvent, PublishResult
 from relay.urls import redact
@@ -99,20 +99,9 @@ class KombuPublisher:
         if conn is not None:
             close_quietly(conn)
 
-    @contextlib.contextmanager
-    def _translated(self) -> Iterator[None]:
+    def _translated(self) -> contextlib.AbstractContextManager[None]:
         """Kombu's and the client's connection and channel errors -> BrokerUnavailable."""
-        conn = self._conn or kombu.Connection(self.url)
-        errors: tuple[type[BaseException], ...] = (
-            *conn.connection_errors,
-            *conn.channel_errors,
-            kombu.exceptions.OperationalError,
-            OSError,
-        )
-        try:
-            yield
-        except errors as exc:
-            raise BrokerUnavailable(f"broker unavailable: {describe(exc)}") from exc
+        return translated(self._conn or kombu.Connection(self.url))
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
@@ -159,6 +148,39 @@ def kombu_message(channel: Any, msg: message.OutgoingMessage) -> Any:
 def unroutable(routing_key: str, exchange: str) -> str:
     """The rejection reason of a message no queue is bound for."""
     return f"unroutable: no queue bound to routing key {routing_key!r} on exchange {exchange!r}"
+
+
+@contextlib.contextmanager
+def translated(conn: kombu.Connection, what: str = "broker unavailable") -> Iterator[None]:
+    """``conn``'s transport's connection and channel errors -> BrokerUnavailable(``what: ...``)."""
+    errors: tuple[type[BaseException], ...] = (
+        *conn.connection_errors,
+        *conn.channel_errors,
+        kombu.exceptions.OperationalError,
+        OSError,
+    )
+    try:
+        yield
+    except errors as exc:
+        raise BrokerUnavailable(f"{what}: {describe(exc)}") from exc
+
+
+@contextlib.contextmanager
+def connection(url: str, *, timeout: int) -> Iterator[kombu.Connection]:
+    """A connection to ``url``, connected, for checks that publish nothing (it declares no
+    exchange, unlike :meth:`KombuPublisher.connect`); BrokerUnavailable when refused,
+    ConfigError when ``url`` names no transport Kombu has."""
+    try:
+        # The constructor resolves the scheme's transport class.
+        conn = kombu.Connection(url, transport_options=transports.transport_options(url))
+    except (KeyError, ImportError) as exc:  # a scheme Kombu has no transport for
+        raise ConfigError(f"{redact(url)!r} names no usable transport: {describe(exc)}") from exc
+    try:
+        with translated(conn, "broker unreachable"):
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+        yield conn
+    finally:
+        close_quietly(conn)
 
 
 def describe(exc: BaseException) -> str:

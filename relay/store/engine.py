@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
-from relay.exceptions import ConfigError, StoreError
+from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
 from relay.urls import redact
 
 _DEFAULT_DRIVERS = {
@@ -65,6 +65,24 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
 
 
 _DECODER = json.JSONDecoder()
+
+
+def ping(engine: Engine) -> None:
+    """The database answers ``SELECT 1``: DatabaseUnavailable (``database unreachable: ...``)
+    when it does not, StoreError on any other database error."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
+        raise DatabaseUnavailable(f"database unreachable: {_first_line(exc)}") from exc
+    except sa_exc.SQLAlchemyError as exc:
+        raise StoreError(f"database error: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: sa_exc.SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return redact(f"{type(orig or exc).__name__}: {text[0] if text else ''}")
 
 
 def json_loads(data: str | bytes) -> Any:

@@ -8,12 +8,41 @@ the operator said ``all``. The SQL it becomes lives with the statements
 
 from __future__ import annotations
 
+import argparse
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from relay.exceptions import SelectorError
 from relay.records import Status
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+# The parsers raise argparse's error so the CLI can use them as argument types as they are;
+# the console catches the same error for its query parameters.
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def parse_when(text: str) -> datetime | timedelta:
+    """An ISO 8601 time (UTC unless it says otherwise) or a duration ago (``2h``)."""
+    try:
+        return timedelta(seconds=parse_duration(text))
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a time (2026-12-01T08:00) nor a duration ago (2h)"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.now().astimezone().tzinfo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +106,4 @@ def like_pattern(glob: str) -> str:
     return escaped.replace("*", "%").replace("?", "_")
 
 
-__all__ = ["EventFilter", "like_pattern"]
+__all__ = ["EventFilter", "like_pattern", "parse_duration", "parse_when"]

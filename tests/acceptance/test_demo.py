@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-RELAY = [sys.executable, "-c", "from relay.commands.cli import main; raise SystemExit(main())"]
+RELAY = [sys.executable, "-c", "from relay.commands import main; raise SystemExit(main())"]
 
 
 def _demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from relay import commands as cli
 from relay.celery import celery_config, create_app
-from relay.commands import cli
 from relay.config import Settings
 from tests.unit.test_config import EDGE_VALUES
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.commands import cli
+from relay import commands as cli
 
 
 def test_a_taken_metrics_port_stops_dispatch_with_the_variable_named(

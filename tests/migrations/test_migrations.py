@@ -17,7 +17,7 @@ from relay.store.engine import create_engine
 from relay.store.schema import outbox
 from tests.support import databases
 
-RELAY = [sys.executable, "-c", "from relay.commands.cli import main; raise SystemExit(main())"]
+RELAY = [sys.executable, "-c", "from relay.commands import main; raise SystemExit(main())"]
 
 
 @pytest.fixture(params=databases.ENABLED)

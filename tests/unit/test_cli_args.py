@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from relay.commands.cli import build_parser, parse_duration
+from relay.commands import build_parser, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,14 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.consume.deadletters", {"sqlalchemy", "celery"}),
         ("relay.dispatch.listener", {"kombu", "celery", "amqp", "redis"}),
         ("relay.console", {"kombu", "celery", "amqp", "redis", "prometheus_client"}),
+        (
+            "relay.dispatch.runner",
+            {"celery", "kombu", "psycopg", "prometheus_client", "opentelemetry"},
+        ),
+        (
+            "relay.commands",
+            {"celery", "kombu", "amqp", "psycopg", "rich", "starlette", "prometheus_client"},
+        ),
     ],
 )
 def test_module_does_not_load_a_lower_layer(module: str, forbidden: set[str]) -> None:
@@ -67,7 +75,7 @@ def test_only_the_celery_glue_and_cli_import_celery() -> None:
     names celery in an import."""
     offenders = []
     for path in PACKAGE.rglob("*.py"):
-        if path.parent == PACKAGE / "celery" or path == PACKAGE / "commands" / "demo.py":
+        if path.parent == PACKAGE / "celery" or path == PACKAGE / "commands" / "demo_run.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names: list[str] = []
@@ -101,6 +109,7 @@ import sys
 sys.modules["opentelemetry"] = None  # an import of it now raises ImportError
 import sqlalchemy as sa
 import relay
+from relay.dispatch import runner
 from relay.observe import observers as observe
 from relay.observe import tracing
 from relay.config import Settings
@@ -113,7 +122,7 @@ with engine.begin() as conn:
 with engine.connect() as conn:
     print(list(conn.execute(sa.select(outbox.c.headers).order_by(outbox.c.id)).scalars()))
 assert not tracing.available()
-assert type(observe.for_settings(Settings())) is observe.Observer
+assert type(runner.observer(Settings())) is observe.Observer
 with tracing.consuming(object(), "q") as note:
     note("done")
 loaded = sorted(n for n in sys.modules if n.startswith(("opentelemetry.", "prometheus_client")))
@@ -129,3 +138,165 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None
         [sys.executable, "-c", _WITHOUT_OTEL], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[None, {'tenant': 'a'}]"
+
+
+#: The floors of DESIGN.md §4, lowest first. A module may import its own floor or any below,
+#: never one above; a room not named here fails the test until it is given a floor.
+#: - settings, errors, value objects, lease-derived times and pure policy import nothing above;
+#: - the store, the publishers and the observers (which the dispatcher and the producer call)
+#:   stand on them, and ``relay.testing`` ships a publisher double;
+#: - the producer API (and ``relay`` itself, which re-exports it) writes through the store and
+#:   carries trace context; the migrations run on the store's schema;
+#: - consuming (its inbox commits through the producer's transaction) and dispatching (claim ->
+#:   publish -> record, and the runner that builds a relay process) use all of the above;
+#: - the Celery glue and the console drive dispatchers, consumers and the store;
+#: - the CLI commands sit on top of everything (``relay demo`` runs a Celery worker).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    (
+        "relay.exceptions",
+        "relay.urls",
+        "relay.timing",
+        "relay.records",
+        "relay.policy",
+        "relay.ordering",
+        "relay.config",
+    ),
+    ("relay.store", "relay.publishers", "relay.observe", "relay.testing"),
+    ("relay", "relay.produce", "relay.migrations"),
+    ("relay.consume", "relay.dispatch"),
+    ("relay.celery", "relay.console"),
+    ("relay.commands", "relay.__main__"),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+#: Every module of the package (the migration scripts are Alembic's, loaded by path).
+MODULES = {
+    _module_name(p): p
+    for p in PACKAGE.rglob("*.py")
+    if "versions" not in p.relative_to(PACKAGE).parts
+}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """The modules of ``relay`` that ``module`` imports anywhere in its body (functions too),
+    outside ``if TYPE_CHECKING:``. ``from package import name`` imports the submodule when
+    ``name`` is one, else the package's ``__init__`` (a re-export); the implicit import of a
+    module's parent packages is not counted (every submodule would otherwise close a circle
+    with an ``__init__`` that re-exports it)."""
+    named: set[str] = set()
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit_node(other)
+            else:
+                visit_node(child)
+
+    def visit_node(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package[: len(package) - node.level + 1]
+                base = ".".join([*up, node.module] if node.module else up)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                named.add(sub if sub in MODULES else base)
+        visit(node)
+
+    visit(ast.parse(path.read_text()))
+    found = set()
+    for name in named:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name.startswith("relay") and name != module:
+            found.add(name)
+    return found
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def _floor(module: str) -> int:
+    rooms = {room: n for n, floor in enumerate(FLOORS) for room in floor}
+    name = module
+    while name not in rooms:
+        assert "." in name, f"{module} is on no floor: give its room one in FLOORS"
+        name = name.rpartition(".")[0]
+    return rooms[name]
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    """No module of ``relay`` imports one on a higher floor of DESIGN.md §4 (see FLOORS)."""
+    upward = sorted(
+        f"{module} (floor {_floor(module)}) imports {target} (floor {_floor(target)})"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if _floor(target) > _floor(module)
+    )
+    assert upward == []
+
+
+def test_no_import_circle() -> None:
+    """No set of ``relay`` modules imports itself round a circle (strongly connected
+    components of the import graph, Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def connect(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in GRAPH[module]:
+            if target not in index:
+                connect(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            connect(module)
+    assert circles == []
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_checking() -> None:
+    """The graph counts an import inside a function (the runner loads metrics lazily) and leaves
+    out one under ``if TYPE_CHECKING:`` (the console's pages name ``Console`` only for mypy)."""
+    assert "relay.observe.metrics" in GRAPH["relay.dispatch.runner"]
+    assert "relay.console.context" not in GRAPH["relay.console.pages"]
+    assert "relay.commands.rows" in GRAPH["relay.commands"]
+
+
+def test_the_package_stays_small_enough_to_read() -> None:
+    """``relay/`` lists at most 20 entries and no module is over 400 lines."""
+    entries = [p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__"))]
+    assert len(entries) <= 20, sorted(entries)
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert long == {}

@@ -367,4 +367,3 @@ class Dialect(ProducerStatements, InboxStatements):
             select(func.count()).select_from(unordered).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()
         )
-

@@ -1,24 +1,19 @@
-"""Settings from the environment, validated once, passed in explicitly.
-
-No I/O beyond reading the mapping it is given; no third-party imports.
-"""
+"""The relay's :class:`Settings`: one frozen dataclass, its derived defaults and its checks."""
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any
 
 from relay import timing
-from relay.exceptions import ConfigError
+from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
 from relay.urls import redact
 
 #: The embedded default, for trying the relay on one host: a SQLite file in the working
 #: directory (WAL, writers queue for the lock), shared by every process started there.
 DEFAULT_DATABASE_URL = "sqlite:///relay.sqlite3"
-DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 #: Kombu's filesystem transport in ``./relay-broker`` (``relay.publishers.transports``): needs no
 #: server and carries both the relay's Celery tasks and the events between processes of one host,
 #: since it keeps queues and exchange bindings in folders. No confirms, no replication: for trying
@@ -34,8 +29,6 @@ CONFIRM_SHARE_OF_LEASE = 1 / 3
 #: claim (issue 16: p99 under 300 ms on MariaDB at 200 ev/s), for about one claim per process
 #: every 0.4 s when idle.
 POLLED_TICK_SECONDS = 0.4
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,96 +136,96 @@ class Settings:
             )
 
     def _validate(self) -> None:
-        _check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
-        _check(self.batch_max >= 1, "RELAY_BATCH_MAX", self.batch_max, "must be at least 1")
-        _check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
-        _check(self.batch_max <= 10_000, "RELAY_BATCH_MAX", self.batch_max, "must be <= 10000")
-        _check(
+        check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
+        check(self.batch_max >= 1, "RELAY_BATCH_MAX", self.batch_max, "must be at least 1")
+        check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
+        check(self.batch_max <= 10_000, "RELAY_BATCH_MAX", self.batch_max, "must be <= 10000")
+        check(
             self.batch_max >= self.batch_size,
             "RELAY_BATCH_MAX",
             self.batch_max,
             f"must be >= RELAY_BATCH_SIZE={self.batch_size!r} (claims grow from the batch size "
             "up to it)",
         )
-        _check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
-        _check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
-        _check(
+        check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
+        check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
+        check(
             self.backoff_max_seconds > 0,
             "RELAY_BACKOFF_MAX_SECONDS",
             self.backoff_max_seconds,
             "must be > 0",
         )
-        _check(
+        check(
             self.backoff_base_seconds > 0,
             "RELAY_BACKOFF_BASE_SECONDS",
             self.backoff_base_seconds,
             "must be > 0",
         )
-        _check(
+        check(
             self.backoff_max_seconds >= self.backoff_base_seconds,
             "RELAY_BACKOFF_MAX_SECONDS",
             self.backoff_max_seconds,
             f"must be >= RELAY_BACKOFF_BASE_SECONDS={self.backoff_base_seconds!r}",
         )
-        _check(self.tick_seconds > 0, "RELAY_TICK_SECONDS", self.tick_seconds, "must be > 0")
-        _check(
+        check(self.tick_seconds > 0, "RELAY_TICK_SECONDS", self.tick_seconds, "must be > 0")
+        check(
             self.poll_floor_seconds > 0,
             "RELAY_POLL_FLOOR_SECONDS",
             self.poll_floor_seconds,
             "must be > 0",
         )
-        _check(
+        check(
             self.poll_floor_seconds <= self.tick_seconds,
             "RELAY_POLL_FLOOR_SECONDS",
             self.poll_floor_seconds,
             f"must be <= RELAY_TICK_SECONDS={self.tick_seconds!r} (polling backs off from the "
             "floor up to the tick)",
         )
-        _check(
+        check(
             self.confirm_timeout_seconds > 0,
             "RELAY_CONFIRM_TIMEOUT_SECONDS",
             self.confirm_timeout_seconds,
             "must be > 0",
         )
-        _check(
+        check(
             self.confirm_timeout_seconds < self.lease_seconds,
             "RELAY_CONFIRM_TIMEOUT_SECONDS",
             self.confirm_timeout_seconds,
             f"must be below RELAY_LEASE_SECONDS={self.lease_seconds!r} (a batch waiting that long "
             "for confirms would outlive its lease)",
         )
-        _check(
+        check(
             self.max_payload_bytes >= 1,
             "RELAY_MAX_PAYLOAD_BYTES",
             self.max_payload_bytes,
             "must be >= 1",
         )
         for var, name in (("RELAY_EXCHANGE", self.exchange), ("RELAY_QUEUE", self.queue)):
-            _check(bool(name.strip()), var, name, "must not be empty")
+            check(bool(name.strip()), var, name, "must not be empty")
             # An AMQP shortstr: a longer name would fail every publish, looking like an outage.
-            _check(len(name.encode()) <= 255, var, name[:40] + "...", "must be at most 255 bytes")
-        _check(
+            check(len(name.encode()) <= 255, var, name[:40] + "...", "must be at most 255 bytes")
+        check(
             self.queue != self.exchange,
             "RELAY_QUEUE",
             self.queue,
             f"must differ from RELAY_EXCHANGE={self.exchange!r} (Celery declares a direct "
             "exchange named after its queue)",
         )
-        _check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
-        _check(
+        check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
+        check(
             self.retention_seconds > 0,
             "RELAY_RETENTION_SECONDS",
             self.retention_seconds,
             "must be > 0",
         )
-        _check(
+        check(
             self.purge_interval_seconds > 0,
             "RELAY_PURGE_INTERVAL_SECONDS",
             self.purge_interval_seconds,
             "must be > 0",
         )
         if self.metrics_port is not None:
-            _check(
+            check(
                 1 <= self.metrics_port <= 65535,
                 "RELAY_METRICS_PORT",
                 self.metrics_port,
@@ -245,7 +238,7 @@ class Settings:
             ("RELAY_EVENTS_URL", self.events_url),
         ):
             if url is not None:
-                _check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
+                check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
 
     def _validate_console(self) -> None:
         for var, token in (
@@ -255,22 +248,22 @@ class Settings:
             if token is None:
                 continue
             shown = token[:2] + "..."  # a secret: never echoed whole
-            _check(len(token) >= MIN_TOKEN_LENGTH, var, shown, "must be at least 16 characters")
-            _check(
+            check(len(token) >= MIN_TOKEN_LENGTH, var, shown, "must be at least 16 characters")
+            check(
                 token.isascii() and token.isprintable() and " " not in token,
                 var,
                 shown,
                 "must be printable ASCII without spaces (it travels in an HTTP header)",
             )
         if self.console_token is not None:
-            _check(
+            check(
                 self.console_token != self.console_readonly_token,
                 "RELAY_CONSOLE_READONLY_TOKEN",
                 "...",
                 "must differ from RELAY_CONSOLE_TOKEN",
             )
         if self.console_redact is not None:
-            _check(
+            check(
                 all(name.strip() for name in self.console_redact.split(",")),
                 "RELAY_CONSOLE_REDACT",
                 self.console_redact,
@@ -318,8 +311,8 @@ class Settings:
             raw = env.get(var, "").strip()
             if not raw:
                 continue
-            parse = _PARSERS[f.type if isinstance(f.type, str) else f.type.__name__]
-            values[f.name] = _parse(var, raw, parse)
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            values[f.name] = parse(var, raw, PARSERS[kind])
         return cls(**values, explicit=frozenset(values))
 
     def describe(self) -> dict[str, Any]:
@@ -351,65 +344,4 @@ def env_name(f: Field[Any]) -> str:
     return "RELAY_" + f.name.upper()
 
 
-def _check(ok: bool, var: str, value: object, problem: str) -> None:
-    if not ok:
-        raise ConfigError(f"{var}={value!r} {problem}")
-
-
-def _parse_int(raw: str) -> int:
-    return int(raw, 10)
-
-
-def _parse_float(raw: str) -> float:
-    value = float(raw)
-    if not math.isfinite(value):
-        raise ValueError("not a finite number")
-    return value
-
-
-_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
-_BOOLEANS |= {"0": False, "false": False, "no": False, "off": False}
-
-
-def _parse_bool(raw: str) -> bool:
-    try:
-        return _BOOLEANS[raw.lower()]
-    except KeyError:
-        raise ValueError("not a boolean") from None
-
-
-def _parse(var: str, raw: str, parse: Callable[[str], T]) -> T:
-    try:
-        return parse(raw)
-    except ValueError:
-        kinds: dict[object, str] = {
-            _parse_int: "an integer",
-            _parse_float: "a finite number",
-            _parse_bool: "a boolean (1/0, true/false, yes/no, on/off)",
-        }
-        kind = kinds.get(parse, "valid")
-        raise ConfigError(f"{var}={redact(raw)!r} is not {kind}") from None
-
-
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in env_fields()}
-
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    "str": str,
-    "str | None": str,
-    "int": _parse_int,
-    "int | None": _parse_int,
-    "float": _parse_float,
-    "bool": _parse_bool,
-}
-
-
-def max_payload_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
-    """``RELAY_MAX_PAYLOAD_BYTES`` alone, for the producer, which must not fail on a bad value
-    of an unrelated relay setting inside the application's transaction."""
-    env = os.environ if environ is None else environ
-    raw = env.get("RELAY_MAX_PAYLOAD_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_PAYLOAD_BYTES
-    value = _parse("RELAY_MAX_PAYLOAD_BYTES", raw, _parse_int)
-    _check(value >= 1, "RELAY_MAX_PAYLOAD_BYTES", value, "must be >= 1")
-    return value

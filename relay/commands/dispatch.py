@@ -1,0 +1,29 @@
+"""``relay dispatch --once|--loop``: run the relay without Celery
+(the process itself is built by :func:`relay.dispatch.runner.run`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from relay.commands.base import Command
+from relay.config import Settings
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="drain once and exit")
+    mode.add_argument("--loop", action="store_true", help="drain until SIGTERM/SIGINT")
+    p.add_argument(
+        "--heartbeat-file",
+        help="--loop: touch this file on every pass (for `relay probe live`)",
+    )
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from relay.dispatch import runner
+
+    runner.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
+    return 0
+
+
+COMMAND = Command("dispatch", "run the relay without Celery", _arguments, _run)

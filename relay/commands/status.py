@@ -1,0 +1,98 @@
+"""``relay status``: rows per status, the oldest pending age and expired leases, once (a table or
+``--json``) or as a live view refreshed every second (``--watch``, extra ``[watch]``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from relay.commands import base
+from relay.commands.base import Command
+from relay.config import DATABASE_ONLY, Settings
+from relay.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from relay.store.operations import OperationsStore
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--watch", action="store_true", help="a live view, refreshed every second")
+    p.add_argument("--count", type=int, default=None, help="with --watch: stop after N refreshes")
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    if args.watch:
+        return watch(base.store(settings), count=args.count)
+    report = base.store(settings).status().as_dict()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for status, count in report["counts"].items():
+        print(f"{status:<12}{count:>12}")
+    age = report["oldest_pending_age_seconds"]
+    print(f"{'oldest pending':<12} {'-' if age is None else f'{age:.1f}s':>11}")
+    print(f"{'expired leases':<12} {report['expired_leases']:>10}")
+    return 0
+
+
+def watch(store: OperationsStore, *, interval: float = 1.0, count: int | None = None) -> int:
+    """Redraw counts, send rate, oldest pending age and expired leases until Ctrl-C (or
+    ``count`` refreshes)."""
+    try:
+        from rich.console import Console
+        from rich.live import Live
+    except ImportError as exc:
+        raise ConfigError(
+            "relay status --watch needs the [watch] extra: "
+            f"pip install 'celery-outbox-relay[watch]' ({exc.name} is missing)"
+        ) from exc
+    previous: tuple[float, int] | None = None
+    shown = 0
+    try:
+        with Live(console=Console(), auto_refresh=False) as live:
+            while count is None or shown < count:
+                report, now = store.status().as_dict(), time.monotonic()
+                sent = int(report["counts"].get("sent", 0))
+                rate = None
+                if previous is not None and now > previous[0]:
+                    rate = max(0.0, (sent - previous[1]) / (now - previous[0]))
+                previous = (now, sent)
+                live.update(_table(report, rate), refresh=True)
+                shown += 1
+                if count is None or shown < count:
+                    time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _table(report: dict[str, Any], rate: float | None) -> Table:
+    from rich.table import Table
+
+    table = Table(title="relay status (Ctrl-C to quit)", show_header=True)
+    table.add_column("status")
+    table.add_column("rows", justify="right")
+    for status, n in report["counts"].items():
+        style = "bold red" if status == "failed" and n else None
+        table.add_row(status, f"{n:,}", style=style)
+    age = report["oldest_pending_age_seconds"]
+    table.add_section()
+    table.add_row("sent / s", "-" if rate is None else f"{rate:,.0f}")
+    table.add_row("oldest pending", "-" if age is None else f"{age:,.1f} s")
+    expired = report["expired_leases"]
+    table.add_row("expired leases", str(expired), style="yellow" if expired else None)
+    return table
+
+
+COMMAND = Command(
+    "status",
+    "rows per status, oldest pending age, failed count",
+    _arguments,
+    _run,
+    uses=DATABASE_ONLY,
+)

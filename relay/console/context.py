@@ -1,0 +1,39 @@
+"""What every console handler needs (:class:`Console`), apart from the application that builds
+it, so the API and the pages import it downward."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+from starlette.requests import Request
+from starlette.templating import Jinja2Templates
+
+from relay.console.auth import COOKIE, Credential, Guard
+from relay.store.operations import OperationsStore
+
+HERE = Path(__file__).parent
+
+
+class Console:
+    """What every handler needs: the store, the guard, the masked fields, the templates."""
+
+    def __init__(self, store: OperationsStore, guard: Guard, redact: frozenset[str]) -> None:
+        self.store = store
+        self.guard = guard
+        self.redact = redact
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
+        )
+        # A str, so autoescaping applies: markup in a payload shows as text.
+        env.filters["tojson_pretty"] = lambda value: json.dumps(
+            value, indent=2, ensure_ascii=False, default=str
+        )
+        self.templates = Jinja2Templates(env=env)
+
+    def credential(self, request: Request) -> Credential | None:
+        """The request's bearer token or session cookie, if valid."""
+        return self.guard.bearer(
+            request.headers.get("authorization"), request.headers.get("x-relay-actor")
+        ) or self.guard.session(request.cookies.get(COOKIE))

@@ -1,0 +1,171 @@
+"""One place that builds a running relay process from :class:`~relay.config.Settings`: the
+dispatcher with its observers, the drain loop with its listener and heartbeat, the metrics
+endpoint, and the deployment's watcher. ``relay dispatch`` and the Celery glue
+(:mod:`relay.celery`) both build through here, so the two ways of running the relay cannot drift.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from relay.config import Settings
+from relay.dispatch.dispatcher import Dispatcher, Report
+from relay.observe.observers import Observer, Observers
+from relay.store.dispatch import DispatchStore
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from relay.dispatch.listener import Listener, Poller
+
+# The CLI's own logger: `relay dispatch` has always logged its start and end under "relay".
+log = logging.getLogger("relay")
+# The beat's watcher logs as it did from the Celery glue.
+log_celery = logging.getLogger("relay.celery.wakeup")
+
+
+def observer(settings: Settings) -> Observer:
+    """The observers a relay process runs with: Prometheus metrics when ``RELAY_METRICS_PORT``
+    is set, publish spans when OpenTelemetry is installed; the no-op base otherwise."""
+    from relay.observe import tracing
+
+    chosen: list[Observer] = []
+    if settings.metrics_port is not None:
+        from relay.observe import metrics
+
+        chosen.append(metrics.PrometheusObserver.shared())
+    if tracing.available():
+        system = tracing.messaging_system(settings.events_connection_url)
+        chosen.append(tracing.PublishTracer(settings.exchange, system))
+    if not chosen:
+        return Observer()
+    return chosen[0] if len(chosen) == 1 else Observers(chosen)
+
+
+def dispatcher(settings: Settings, store: DispatchStore | None = None) -> Dispatcher:
+    """The dispatcher ``settings`` describe, with the observers of :func:`observer`, over
+    ``store`` (by default one of its own on ``RELAY_DATABASE_URL``)."""
+    return Dispatcher.from_settings(settings, store=store, observer=observer(settings))
+
+
+def shutdown(dispatcher: Dispatcher) -> None:
+    """Stop the dispatcher's threads, then close its publisher and its store's connections."""
+    dispatcher.close()
+    dispatcher.publisher.close()
+    dispatcher.store.dispose()
+
+
+def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
+    """A relay process without Celery: drain once, or drain until SIGTERM/SIGINT with the
+    listener (or adaptive polling), the heartbeat file and the metrics endpoint."""
+    store = DispatchStore.from_url(settings.database_url)
+    relay = dispatcher(settings, store)
+    log.info("relay %s starting: %s", relay.worker_id, settings.describe())
+    try:
+        if once:
+            report = relay.drain(budget_seconds=float("inf"))
+        else:
+            report = _loop(settings, relay, store.engine, heartbeat_file)
+    finally:
+        shutdown(relay)
+    log.info("relay %s done: %s", relay.worker_id, report)
+    return report
+
+
+def _loop(
+    settings: Settings, relay: Dispatcher, engine: Engine, heartbeat_file: str | None
+) -> Report:
+    serve_metrics(settings, engine)
+    stop, wake = threading.Event(), threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        wake.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    watcher = listener(settings, wake.set)
+    if watcher is None:
+        log.info(
+            "no LISTEN/NOTIFY here: polling every %gs to %gs",
+            settings.poll_floor_seconds,
+            settings.tick_seconds,
+        )
+    try:
+        return relay.loop(stop, wake=wake if watcher else None, on_pass=heartbeat(heartbeat_file))
+    finally:
+        if watcher is not None:
+            watcher.stop()
+
+
+def listener(
+    settings: Settings, on_notify: Callable[[], None], *, exclusive: bool = False
+) -> Listener | None:
+    """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener calling ``on_notify`` on
+    each notification; otherwise None."""
+    # Loaded here, not above: psycopg is needed only where a loop or a beat watches the outbox.
+    from relay.dispatch import listener as listening
+
+    if not (settings.notify and listening.supports(settings.database_url)):
+        return None
+    return listening.Listener(settings.database_url, on_notify, exclusive=exclusive).start()
+
+
+def watcher(settings: Settings, on_found: Callable[[], None]) -> Listener | Poller:
+    """The deployment's one watcher of new rows, started: an exclusive listener (a second one on
+    the same database stands by), or where there is no NOTIFY a poller, floor to tick."""
+    s = settings
+    found = listener(s, on_found, exclusive=True)
+    if found is not None:
+        return found
+    from relay.dispatch.listener import Poller
+
+    poller = Poller(
+        DispatchStore.from_url(s.database_url), on_found, s.poll_floor_seconds, s.tick_seconds
+    ).start()
+    log_celery.info("relay poller started: every %gs to %gs", s.poll_floor_seconds, s.tick_seconds)
+    return poller
+
+
+def serve_metrics(settings: Settings, engine: Engine) -> None:
+    """With ``RELAY_METRICS_PORT`` set, serve this process's metrics and the outbox gauges
+    (read through an operations store on ``engine``)."""
+    if settings.metrics_port is not None:
+        from relay.observe import metrics
+        from relay.store.operations import OperationsStore
+
+        metrics.serve(settings.metrics_port, OperationsStore(engine))
+
+
+def serve_worker_metrics(settings: Settings) -> None:
+    """In a Celery worker's main process, before the pool forks: the endpoint in multiprocess
+    mode, its outbox gauges read on connections it does not pool
+    (:func:`relay.observe.metrics.serve_worker`)."""
+    if settings.metrics_port is None:
+        return
+    from sqlalchemy.pool import NullPool
+
+    from relay.observe import metrics
+    from relay.store.operations import OperationsStore
+
+    store = OperationsStore.from_url(settings.database_url, poolclass=NullPool)
+    metrics.serve_worker(settings.metrics_port, store)
+
+
+def heartbeat(path: str | None) -> Callable[[], None] | None:
+    """What the loop calls on every pass to mark itself alive (for ``relay probe live``)."""
+    if not path:
+        return None
+    return lambda: touch(path)
+
+
+def touch(path: str) -> None:
+    """Mark the loop alive (creates the file)."""
+    with open(path, "a"):
+        pass
+    os.utime(path, None)
