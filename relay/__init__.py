@@ -3,6 +3,22 @@
 Application code calls :func:`enqueue` inside its business transaction; the relay publishes the
 event to a Kombu exchange at least once, with the outbox id as ``message_id``.
 
+The package, in rooms by role (imports run down this list; ``tests/unit/test_layers.py``
+holds it, with no circle):
+
+- ``exceptions``, ``records``, ``timing``, ``policy``, ``ordering``, ``config``: the error tree,
+  value objects, lease-derived times, pure decisions (backoff, breaker, batch sizing), per-key
+  ordering, settings. No I/O, no third-party import.
+- ``store/``: engines, schema, migrations and the two stores (``dispatch``: the relay's verbs;
+  ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is built.
+- ``publishers/``: the message on the wire and one publisher per kind of broker.
+- ``produce/``: ``enqueue`` in the caller's transaction. ``consume/``: inbox, event consumer,
+  dead letters. ``observe/``: the observer seam, Prometheus metrics, OpenTelemetry tracing.
+- ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
+  the wake-up listener, and the runner that builds a relay process for the CLI and Celery.
+- ``celery/`` (the only room importing Celery), ``console/`` (the web console), ``commands/``
+  (one module per ``relay`` command); ``testing`` ships the in-memory doubles.
+
 The producer API is loaded on first use, so importing a light layer (``relay.policy``,
 ``relay.config``) never pulls SQLAlchemy in.
 """
