@@ -40,6 +40,10 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         zf.extractall(site)
+    # Only the package itself: no benchmark harness or results beside it.
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
+        "relay"
+    }
     assert "relay/migrations/script.py.mako" in names
     assert any(n.startswith("relay/migrations/versions/0001") for n in names)
     # The web console's templates and static files ship too: it loads nothing from elsewhere.
