@@ -13,8 +13,17 @@ $(BIN)/relay: pyproject.toml
 
 setup: $(BIN)/relay
 
-demo: setup
-	$(BIN)/relay demo
+# The demo needs the runtime dependencies only: its own virtualenv, without the dev and bench extras.
+DEMO_VENV ?= .venv-demo
+
+$(DEMO_VENV)/bin/relay: pyproject.toml
+	$(PY) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/pip install --quiet -e .
+	touch $(DEMO_VENV)/bin/relay
+
+demo: $(DEMO_VENV)/bin/relay
+	$(DEMO_VENV)/bin/relay demo
 
 test: setup
 	$(BIN)/pytest
@@ -38,4 +47,4 @@ bench-quick: setup
 	$(BIN)/python -m bench --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker*
+	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker*
