@@ -40,7 +40,7 @@ from relay.urls import redact
 
 #: In-process Kombu transport; the explicit host spares a warning per connection.
 EVENTS_URL = "memory://localhost/"
-EXCHANGE = "relay.commands.demo"
+EXCHANGE = "relay.demo"
 #: The business table the simulated transactions write beside their events.
 orders = sa.Table(
     "relay_demo_orders",
@@ -225,7 +225,7 @@ class _Consumer(threading.Thread):
         self.ledger, self.stop = ledger, stop
         self.conn = kombu.Connection(settings.events_connection_url)
         exchange = kombu.Exchange(settings.exchange, type="topic", durable=True)
-        self.queue = kombu.Queue("relay.commands.demo.consumer", exchange, routing_key="#")
+        self.queue = kombu.Queue("relay.demo.consumer", exchange, routing_key="#")
         self.bound = self.queue(self.conn.channel())
         self.bound.declare()
         self._idle = threading.Event()
