@@ -119,8 +119,9 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
 
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
     :class:`relay.dispatch.listener.Listener` holding an advisory lock (a second beat on the same
-    database stands by); elsewhere a :class:`relay.dispatch.listener.Poller` looks for claimable
-    rows adaptively, floor to tick."""
+    database stands by; on ``RELAY_LISTEN_URL`` when set); elsewhere, or when the listener hears
+    nothing (a pooler in transaction mode), a :class:`relay.dispatch.listener.Poller` looks for
+    claimable rows adaptively, floor to tick."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
@@ -131,7 +132,10 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         s = settings
         waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
         if s.notify and listener.supports(s.database_url):
-            listener.Listener(s.database_url, waker, exclusive=True).start()
+            poll = listener.poll_instead(
+                s.database_url, waker, s.poll_floor_seconds, s.tick_seconds
+            )
+            listener.Listener(s.listen_connection_url, waker, exclusive=True, on_deaf=poll).start()
         else:
             store = Store.from_url(s.database_url)
             listener.Poller(store, waker, s.poll_floor_seconds, s.tick_seconds).start()

@@ -272,7 +272,10 @@ def _listener(settings: Settings, wake: threading.Event) -> Any:
             settings.tick_seconds,
         )
         return None
-    return listener.Listener(settings.database_url, wake.set).start()
+    poll = listener.poll_instead(
+        settings.database_url, wake.set, settings.poll_floor_seconds, settings.tick_seconds
+    )
+    return listener.Listener(settings.listen_connection_url, wake.set, on_deaf=poll).start()
 
 
 def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:

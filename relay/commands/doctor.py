@@ -70,7 +70,11 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
         return
     yield _indexes(engine)
     if engine.dialect.name == "postgresql":
+        from relay.commands import doctor_pooler
+
         yield _idle_timeout(engine)
+        yield doctor_pooler.pooler(settings)
+        yield doctor_pooler.listening(settings)
     yield _clock(engine)
     yield _tick(settings)
     yield _unroutable(engine)
