@@ -30,10 +30,10 @@ pytestmark = pytest.mark.timeout(120)
 DOC = Path(__file__).parents[2] / "docs" / "postgresql.md"
 
 
-def documented(block: str) -> list[str]:
-    """The statements of the ``<!-- roles: postgresql BLOCK -->`` SQL block of the page."""
+def documented(block: str, database: str = "postgresql") -> list[str]:
+    """The statements of the ``<!-- roles: DATABASE BLOCK -->`` SQL block of the page."""
     match = re.search(
-        rf"<!-- roles: postgresql {block} -->\n```sql\n(.*?)```", DOC.read_text(), re.S
+        rf"<!-- roles: {database} {block} -->\n```sql\n(.*?)```", DOC.read_text(), re.S
     )
     assert match, f"docs/postgresql.md has no {block} block"
     return [s.strip() for s in match.group(1).split(";") if s.strip()]
@@ -44,8 +44,10 @@ class Roles:
     database: str
     names: dict[str, str]
 
+    admin_url: str = services.PG_ADMIN_URL
+
     def url(self, role: str) -> str:
-        admin = sa.make_url(services.PG_ADMIN_URL)
+        admin = sa.make_url(self.admin_url)
         return admin.set(username=self.names[role], database=self.database).render_as_string(False)
 
     def sql(self, statements: list[str]) -> list[str]:
@@ -54,7 +56,8 @@ class Roles:
         for s in statements:
             for role, name in self.names.items():
                 s = re.sub(rf"\boutbox_{role}\b", name, s)
-            out.append(re.sub(r"\bDATABASE app\b", f'DATABASE "{self.database}"', s))
+            s = re.sub(r"\bDATABASE app\b", f'DATABASE "{self.database}"', s)
+            out.append(re.sub(r"\bapp\.", f"`{self.database}`.", s))
         return out
 
 
@@ -88,8 +91,9 @@ def _refused(engine: sa.Engine, statement: str) -> bool:
     try:
         with engine.begin() as conn:
             conn.execute(sa.text(statement))
-    except sa.exc.ProgrammingError as exc:
-        return "permission denied" in str(exc) or "must be owner" in str(exc)
+    except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
+        text = str(exc)
+        return any(w in text for w in ("permission denied", "must be owner", "command denied"))
     return False
 
 
@@ -172,4 +176,69 @@ def test_three_roles_work_with_exactly_the_documented_grants(
             assert _refused(relay_engine, statement), f"the relay may: {statement}"
     finally:
         for engine in (owner, producer, relay_engine):
+            engine.dispose()
+
+
+@pytest.fixture
+def mariadb_roles() -> Iterator[Roles]:
+    """An empty MariaDB database and three new users created as the page says; all dropped."""
+    services.require("MariaDB", services.MYSQL_ADMIN_URL)
+    tag = uuid.uuid4().hex[:10]
+    names = {k: f"relay_{k[:4]}_{tag}" for k in ("owner", "producer", "relay")}
+    r = Roles(f"relay_roles_{tag}", names, services.MYSQL_ADMIN_URL)
+    admin = sa.create_engine(services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE `{r.database}`"))
+            for statement in r.sql(documented("admin", "mariadb")):
+                conn.execute(sa.text(statement))
+        yield r
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{r.database}`"))
+            for name in r.names.values():
+                conn.execute(sa.text(f"DROP USER IF EXISTS '{name}'@'%'"))
+        admin.dispose()
+
+
+def test_three_users_work_with_exactly_the_documented_grants_on_mariadb(
+    mariadb_roles: Roles, amqp_url: str, exchange_name: str, collector: Collector
+) -> None:
+    """MariaDB: the owner migrates with database-level privileges only; a producer enqueues
+    and may not read, change or delete rows; the relay dispatches and purges, no DDL."""
+    r = mariadb_roles
+    producer = create_engine(r.url("producer"))
+    relay_engine = create_engine(r.url("relay"))
+    admin = sa.create_engine(services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        migrate.upgrade(r.url("owner"))
+        with admin.connect() as conn:
+            for statement in r.sql(documented("tables", "mariadb")):
+                conn.execute(sa.text(statement))
+        with Session(producer) as session, session.begin():
+            relay.enqueue(session, "shop.order", {"n": 1})
+            relay.enqueue(session, "shop.order", {"n": 2}, ordering_key="cart-1")
+        for statement in (
+            "SELECT payload FROM outbox",
+            "UPDATE outbox SET status = 'sent'",
+            "DELETE FROM outbox",
+            "CREATE TABLE stolen (x int)",
+        ):
+            assert _refused(producer, statement), f"the producer may: {statement}"
+        env = {"RELAY_BROKER_URL": amqp_url, "RELAY_EXCHANGE": exchange_name}
+        out = _relay(r.url("relay"), "dispatch", "--once", **env)
+        assert out.returncode == 0, out.stderr
+        assert len(collector.drain(2, timeout=20)) == 2
+        for args in (("status", "--json"), ("purge-sent", "--older-than", "0s")):
+            out = _relay(r.url("relay"), *args, **env)
+            assert out.returncode == 0, f"relay {' '.join(args)}: {out.stderr}"
+        for statement in (
+            "INSERT INTO outbox (event_type, payload) VALUES ('forged', '{}')",
+            "SELECT last_seq FROM outbox_sequence",
+            "CREATE TABLE stolen (x int)",
+            "DROP TABLE relay_inbox",
+        ):
+            assert _refused(relay_engine, statement), f"the relay may: {statement}"
+    finally:
+        for engine in (producer, relay_engine, admin):
             engine.dispose()
