@@ -1,6 +1,7 @@
 """Through PgBouncer in transaction pooling mode (issue 28): two `relay dispatch --loop` given only
 the pooled URL stay up, deliver exactly once, and keep single commits' latency in bounds, with
-notifications on (the listener finds it hears nothing and polls), off, or on a direct listen URL.
+notifications on (the listener finds it hears nothing and polls), off, or on a direct listen URL;
+relays SIGKILLed mid-batch lose nothing; the Celery fleet ticks, claims and purges.
 """
 
 from __future__ import annotations
@@ -15,8 +16,19 @@ import sqlalchemy as sa
 
 from relay.store.engine import create_engine
 from tests.support.broker import Collector
-from tests.support.env import wait_until
-from tests.support.fleet import Fleet, drained, fleet_env, report
+from tests.support.celery_fleet import counts, insert_rows, unique_queue
+from tests.support.celery_fleet import fleet as celery_fleet
+from tests.support.env import relay_env, wait_until
+from tests.support.fleet import (
+    IN_FLIGHT_BATCHES,
+    Fleet,
+    SteadyProducer,
+    audit_delivery,
+    drained,
+    fleet_env,
+    holders,
+    report,
+)
 from tests.support.pgbouncer import PgBouncer, pgbouncer  # noqa: F401  # the fixture
 
 BACKLOG = 5000
@@ -119,3 +131,90 @@ def test_pooled_relays_stay_up_deliver_once_and_keep_latency(
     p50, p99 = statistics.median(latency), latency[int(len(latency) * 0.99) - 1]
     report("pgbouncer", notify=notify or "1", direct=direct_listener, p50=p50, p99=p99)
     assert p99 < p99_bound, f"p99 {p99 * 1000:.0f} ms >= {p99_bound * 1000:.0f} ms"
+
+
+@pytest.mark.timeout(180)
+def test_pooled_relays_killed_mid_batch_lose_nothing(
+    pgbouncer: PgBouncer,  # noqa: F811
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    tmp_path: Path,
+) -> None:
+    """Relays on the pooled URL SIGKILLed while holding a batch: the others reclaim after the
+    lease through the pooler; nothing lost, duplicates within the victims' batches in flight."""
+    direct = create_engine(pg_url)
+    fleet = Fleet(fleet_env(pgbouncer.url(pg_url), amqp_url, exchange_name), tmp_path)
+    producer = SteadyProducer(direct, total=3000, seconds=5.0)
+    kills = 0
+    try:
+        fleet.start(2)
+        producer.start()
+        while not producer.done and kills < 4:
+            victim = next((w for w in map(fleet.by_pid, holders(direct)) if w), None)
+            if victim is None:
+                time.sleep(0.02)
+                continue
+            fleet.kill(victim)
+            kills += 1
+            fleet.start(1)
+            time.sleep(0.8)  # pacing between faults, not synchronisation
+        committed = producer.join()
+        wait_until(lambda: drained(direct), 60, "the fleet to drain after the last kill")
+        audit = audit_delivery(
+            direct, collector, committed, duplicate_bound=kills * IN_FLIGHT_BATCHES * 100
+        )
+        codes = fleet.stop()
+        logs = fleet.logs()
+    finally:
+        fleet.stop()
+        direct.dispose()
+    assert kills >= 1, "no relay was caught holding a batch"
+    survivors = [code for name, code in codes.items() if code != -9]
+    assert set(survivors) == {0}, f"a relay exited on its own: {codes}\n{logs}"
+    report("pgbouncer sigkill", kills=kills, events=audit.events, duplicates=audit.duplicates)
+
+
+@pytest.mark.timeout(240)
+def test_celery_fleet_through_the_pooler_ticks_claims_and_purges(
+    pgbouncer: PgBouncer,  # noqa: F811
+    pg_url: str,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    tmp_path: Path,
+) -> None:
+    """Beat and two workers on the pooled URL at the default timing: beat's listener finds it
+    hears nothing and polls, every event arrives once, single commits stay under 300 ms at
+    p99, and the periodic purge deletes the sent rows."""
+    direct = create_engine(pg_url)
+    env = relay_env(
+        database_url=pgbouncer.url(pg_url),
+        broker_url=amqp_url,
+        exchange=exchange_name,
+        queue=unique_queue(),
+        retention_seconds=5,
+        purge_interval_seconds=2,
+    )
+    try:
+        with celery_fleet(env, tmp_path) as f:
+            beat = f.beat()
+            f.worker("w0")
+            f.worker("w1")
+            beat.wait_for_log("never heard its own notification", timeout=30)
+            committed = insert_rows(direct, 2000)
+            wait_until(lambda: drained(direct), 60, "the backlog to drain through the pooler")
+            singles = _single_commits(direct)
+            wait_until(lambda: drained(direct), 30, "the single commits to be sent")
+            latency = _latencies(direct, singles)
+            received = collector.drain(len(committed) + SINGLES, timeout=30, settle=0.5)
+            wait_until(lambda: not counts(direct), 60, "the purge to delete the sent rows")
+    finally:
+        direct.dispose()
+    ids = collections.Counter(int(m.message_id) for m in received)
+    assert set(ids) == set(committed) | set(singles), "an event was lost"
+    assert set(ids.values()) == {1}, "an event was delivered twice"
+    p50, p99 = statistics.median(latency), latency[int(len(latency) * 0.99) - 1]
+    report("pgbouncer celery", p50=p50, p99=p99)
+    assert p99 < 0.300, f"p99 {p99 * 1000:.0f} ms"
