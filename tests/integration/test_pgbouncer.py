@@ -101,6 +101,37 @@ def test_listener_through_the_pooler_goes_deaf_once_and_hands_over(
         listener.stop()
 
 
+def test_exclusive_listener_through_the_pooler_takes_no_advisory_lock(
+    pgbouncer: PgBouncer,  # noqa: F811
+    pg_url: str,
+) -> None:
+    """Beat's exclusive listener behind a transaction pooler goes deaf before leading: no
+    session advisory lock is left on a server connection that other clients would inherit."""
+    handed_over = threading.Event()
+    listener = Listener(
+        pgbouncer.url(pg_url),
+        lambda: None,
+        exclusive=True,
+        on_deaf=handed_over.set,
+        probe_seconds=1,
+    )
+    listener.start()
+    direct = create_engine(pg_url)
+    try:
+        wait_until(handed_over.is_set, 20, "the listener to hand over to polling")
+        with direct.connect() as conn:
+            held = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
+            ).scalar()
+        assert held == 0
+    finally:
+        listener.stop()
+        direct.dispose()
+
+
 def test_listener_on_a_direct_url_hears_itself(pg_url: str) -> None:
     """On a direct URL the probe comes back at once: listening, not deaf."""
     assert Listener(pg_url, lambda: None, probe_seconds=2).hears()
