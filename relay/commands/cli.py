@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay.commands import rows as operate
-from relay.config import CONSOLE_ONLY, DATABASE_ONLY, Settings
+from relay.config import CONSOLE_ONLY, DATABASE_ONLY, POLLED_TICK_SECONDS, Settings
 from relay.exceptions import ConfigError, RelayError, SelectorError
 from relay.urls import redact
 
@@ -229,19 +229,24 @@ def _cmd_dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 from relay.observe import metrics
 
                 metrics.serve(settings.metrics_port, dispatcher.store)
-            stop, wake = threading.Event(), threading.Event()
+            # ``until`` ends the listening phase: on a signal, or when the listener finds it
+            # hears nothing (a transaction pooler); the loop then polls as with RELAY_NOTIFY=0.
+            stop, wake, until = threading.Event(), threading.Event(), threading.Event()
 
             def on_signal(*_: object) -> None:
                 stop.set()
+                until.set()
                 wake.set()
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, on_signal)
-            listener = _listener(settings, wake)
+            listener = _listener(settings, wake, until)
+            heartbeat = _heartbeat(args.heartbeat_file)
             try:
-                report = dispatcher.loop(
-                    stop, wake=wake if listener else None, on_pass=_heartbeat(args.heartbeat_file)
-                )
+                report = dispatcher.loop(until, wake=wake if listener else None, on_pass=heartbeat)
+                if not stop.is_set():
+                    idle = min(settings.tick_seconds, POLLED_TICK_SECONDS)
+                    report.add(dispatcher.loop(stop, idle_seconds=idle, on_pass=heartbeat))
             finally:
                 if listener is not None:
                     listener.stop()
@@ -260,9 +265,10 @@ def _heartbeat(path: str | None) -> Any:
     return lambda: probes.touch(path)
 
 
-def _listener(settings: Settings, wake: threading.Event) -> Any:
+def _listener(settings: Settings, wake: threading.Event, deaf: threading.Event) -> Any:
     """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener that sets ``wake`` on each
-    notification; otherwise None (the loop polls adaptively)."""
+    notification, and ``deaf`` (and ``wake``) if it finds it hears nothing; otherwise None
+    (the loop polls adaptively)."""
     from relay.dispatch import listener
 
     if not (settings.notify and listener.supports(settings.database_url)):
@@ -272,10 +278,12 @@ def _listener(settings: Settings, wake: threading.Event) -> Any:
             settings.tick_seconds,
         )
         return None
-    poll = listener.poll_instead(
-        settings.database_url, wake.set, settings.poll_floor_seconds, settings.tick_seconds
-    )
-    return listener.Listener(settings.listen_connection_url, wake.set, on_deaf=poll).start()
+
+    def on_deaf() -> None:
+        deaf.set()
+        wake.set()
+
+    return listener.Listener(settings.listen_connection_url, wake.set, on_deaf=on_deaf).start()
 
 
 def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:
