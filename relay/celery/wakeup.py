@@ -119,8 +119,9 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
 
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
     :class:`relay.dispatch.listener.Listener` holding an advisory lock (a second beat on the same
-    database stands by); elsewhere a :class:`relay.dispatch.listener.Poller` looks for claimable
-    rows adaptively, floor to tick."""
+    database stands by; on ``RELAY_LISTEN_URL`` when set); elsewhere, or when the listener hears
+    nothing (a pooler in transaction mode), a :class:`relay.dispatch.listener.Poller` looks for
+    claimable rows adaptively, floor to tick."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:

@@ -11,33 +11,21 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from relay.commands import reach
 from relay.commands.base import Command
+from relay.commands.checks import FAIL, PASS, WARN, Check
 from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, ConfigError, RelayError, StoreError
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
 #: Database and host clocks further apart than this are worth a warning (Celery compares a
 #: task's eta and expires with wall clocks; the relay itself uses only the database's).
 SKEW_WARN_SECONDS = 2.0
 #: Beat is missing when the last tick is older than this many ticks (and a minute).
 TICKS_MISSED = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 def run(settings: Settings | None, settings_error: str | None = None) -> list[Check]:
@@ -73,7 +61,11 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
         return
     yield _indexes(engine)
     if engine.dialect.name == "postgresql":
+        from relay.commands import doctor_pooler
+
         yield _idle_timeout(engine)
+        yield doctor_pooler.pooler(settings)
+        yield doctor_pooler.listening(settings)
     yield _clock(engine)
     yield _tick(settings)
     yield _unroutable(engine)

@@ -66,9 +66,14 @@ class Settings:
     retention_seconds: float = 7 * 86400.0
     #: How often beat sends relay.purge_sent.
     purge_interval_seconds: float = 3600.0
-    #: PostgreSQL: LISTEN for the outbox trigger's NOTIFY and claim at once (off: poll only, for
-    #: poolers in transaction mode, which cannot LISTEN).
+    #: PostgreSQL: LISTEN for the outbox trigger's NOTIFY and claim at once (off: poll only).
+    #: Behind a pooler in transaction mode, which cannot LISTEN, the listener notices that it
+    #: hears nothing and the relay polls, unless ``listen_url`` gives it a connection that hears.
     notify: bool = True
+    #: PostgreSQL: where the listener LISTENs, a direct or session-mode URL of the outbox
+    #: database, for a relay whose ``database_url`` goes through a transaction pooler.
+    #: None: ``database_url``. Logged with its password redacted, as ``database_url`` is.
+    listen_url: str | None = None
     #: Shortest wait of adaptive polling after a claim found nothing (doubling up to the tick),
     #: and the shortest gap between two wake-ups the Celery fleet's listener sends.
     poll_floor_seconds: float = 0.025
@@ -262,6 +267,14 @@ class Settings:
                 "...",
                 "must differ from RELAY_CONSOLE_TOKEN",
             )
+        if self.listen_url is not None:
+            check(
+                self.listen_url.split(":", 1)[0].split("+", 1)[0].lower()
+                in ("postgresql", "postgres"),
+                "RELAY_LISTEN_URL",
+                redact(self.listen_url),
+                "must be a PostgreSQL URL (only PostgreSQL has LISTEN/NOTIFY)",
+            )
         if self.console_redact is not None:
             check(
                 all(name.strip() for name in self.console_redact.split(",")),
@@ -275,6 +288,11 @@ class Settings:
         """Whether new rows notify the relay: PostgreSQL with ``RELAY_NOTIFY`` on (LISTEN)."""
         scheme = self.database_url.split(":", 1)[0].split("+", 1)[0].lower()
         return self.notify and scheme in ("postgresql", "postgres")
+
+    @property
+    def listen_connection_url(self) -> str:
+        """Where the listener LISTENs: ``RELAY_LISTEN_URL``, else the outbox database's URL."""
+        return self.listen_url or self.database_url
 
     @property
     def console_redact_fields(self) -> frozenset[str]:

@@ -13,9 +13,17 @@ connection is lost (a restart, ``pg_terminate_backend``) the listener logs it an
 with backoff, then calls ``on_notify`` once for whatever it missed meanwhile; the tick still
 runs, so a lost notification costs at most one tick.
 
-With ``exclusive``, the listener first takes a session-level advisory lock on its connection:
+Each session first checks that it can hear: it LISTENs, NOTIFYs :data:`CHANNEL` from a second
+connection with a payload of its own and waits up to :data:`PROBE_SECONDS` for it. Through a
+pooler in transaction mode (PgBouncer) the LISTEN lands on a server connection that goes back
+to the pool, so nothing ever arrives (issue 28); the listener then says so once, loudly, ends,
+and calls ``on_deaf`` so its caller polls adaptively instead. ``RELAY_LISTEN_URL`` (a direct or
+session-mode URL) gives the listener a connection that hears.
+
+With ``exclusive``, the listener then takes a session-level advisory lock on its connection:
 of several exclusive listeners on one database (two beats by mistake, or a standby), one
-listens and the others wait to take over when its session ends.
+listens and the others wait to take over when its session ends. The probe comes first, so a
+lock is never taken on a pooled connection that would carry it to other clients.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +40,7 @@ import psycopg
 import sqlalchemy as sa
 
 from relay import timing
+from relay.config import POLLED_TICK_SECONDS
 from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.store.dispatch import Store
@@ -49,6 +59,19 @@ WAIT_SLICE_SECONDS = 0.5
 CONNECT_TIMEOUT_SECONDS = 5
 #: TCP keepalives on the LISTEN connection, so a peer that vanished is noticed.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3}
+#: How long a session waits for its own probe notification before it calls itself deaf: a
+#: direct server answers in milliseconds, so this only bounds the wait behind a pooler.
+PROBE_SECONDS = 3.0
+#: Payload prefix of the probe notifications (the trigger's own carry an empty payload).
+PROBE_PREFIX = "relay-probe:"
+#: Connection options of every connection here: no server-side prepared statements, which a
+#: transaction pooler cannot keep (the heartbeat runs the same statement over and over).
+CONNECT_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "prepare_threshold": None,
+    **KEEPALIVES,
+}
 
 
 def supports(database_url: str) -> bool:
@@ -73,12 +96,18 @@ class Listener:
         *,
         exclusive: bool = False,
         heartbeat_seconds: float = timing.LISTEN_HEARTBEAT_SECONDS,
+        on_deaf: Callable[[], None] | None = None,
+        probe_seconds: float = PROBE_SECONDS,
     ) -> None:
         self.on_notify = on_notify
+        self.on_deaf = on_deaf
         self.exclusive = exclusive
         self.heartbeat_seconds = heartbeat_seconds
-        #: Set while the listener's session is LISTENing.
+        self.probe_seconds = probe_seconds
+        #: Set while the listener's session is LISTENing and heard its own probe.
         self.listening = threading.Event()
+        #: Set when a session did not hear its own probe: the listener ended, callers poll.
+        self.deaf = threading.Event()
         #: Sessions that reached LISTEN so far (more than one: it reconnected).
         self.sessions = 0
         self._conninfo = conninfo(database_url)
@@ -103,15 +132,15 @@ class Listener:
         lost_at: float | None = None
         while not self._stop.is_set():
             try:
-                with psycopg.connect(
-                    self._conninfo,
-                    autocommit=True,
-                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                    **KEEPALIVES,  # type: ignore[arg-type]  # libpq options, typed as Any
-                ) as conn:
-                    if not self._lead(conn):
+                with psycopg.connect(self._conninfo, **CONNECT_OPTIONS) as conn:
+                    if not self._hears(conn):
+                        self._go_deaf()
                         return
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    if self.exclusive:
+                        conn.execute(f"UNLISTEN {CHANNEL}")
+                        if not self._lead(conn):
+                            return
+                        conn.execute(f"LISTEN {CHANNEL}")
                     self.sessions += 1
                     self.listening.set()
                     if lost_at is None:
@@ -140,10 +169,44 @@ class Listener:
                 self._stop.wait(delay)
         self.listening.clear()
 
+    def hears(self) -> bool:
+        """One session on its own: whether it hears its own probe (``relay doctor``)."""
+        with psycopg.connect(self._conninfo, **CONNECT_OPTIONS) as conn:
+            return self._hears(conn)
+
+    def _hears(self, conn: psycopg.Connection[Any]) -> bool:
+        """LISTEN on ``conn`` and check that a notification from another session reaches it
+        (other notifications meanwhile are passed on)."""
+        conn.execute(f"LISTEN {CHANNEL}")
+        token = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        with psycopg.connect(self._conninfo, **CONNECT_OPTIONS) as other:
+            other.execute("SELECT pg_notify(%s, %s)", (CHANNEL, token))
+        deadline = time.monotonic() + self.probe_seconds
+        while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+            for note in conn.notifies(timeout=min(left, WAIT_SLICE_SECONDS)):
+                if note.payload == token:
+                    return True
+                if not note.payload.startswith(PROBE_PREFIX):
+                    self.on_notify()
+        return self._stop.is_set()
+
+    def _go_deaf(self) -> None:
+        """Say once, loudly, that notifications do not arrive, and hand over to the caller."""
+        self.listening.clear()
+        self.deaf.set()
+        log.error(
+            "relay listener on %s never heard its own notification within %gs: the URL goes "
+            "through a pooler in transaction mode (PgBouncer), where LISTEN cannot work. Set "
+            "RELAY_LISTEN_URL to a direct or session-mode URL of the same database for "
+            "wake-ups in milliseconds, or RELAY_NOTIFY=0; polling adaptively instead",
+            self._where,
+            self.probe_seconds,
+        )
+        if self.on_deaf is not None:
+            self.on_deaf()
+
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:
         """Exclusive: wait until this session holds the listener lock (False: stopped)."""
-        if not self.exclusive:
-            return True
         announced = False
         while True:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
@@ -224,4 +287,27 @@ class Poller:
                 self.poll.reset()
 
 
-__all__ = ["CHANNEL", "LOCK_KEY", "Listener", "Poller", "conninfo", "supports"]
+def poll_instead(
+    database_url: str, on_found: Callable[[], None], floor: float, tick: float
+) -> Callable[[], None]:
+    """An ``on_deaf`` for :class:`Listener`: start a :class:`Poller` looking every ``floor``
+    seconds up to the polled tick (``config.POLLED_TICK_SECONDS``, or ``tick`` if shorter),
+    the latency polling keeps where nothing notifies."""
+
+    def start() -> None:
+        ceiling = max(floor, min(tick, POLLED_TICK_SECONDS))
+        Poller(Store.from_url(database_url), on_found, floor, ceiling).start()
+        log.warning("relay poller started instead: every %gs to %gs", floor, ceiling)
+
+    return start
+
+
+__all__ = [
+    "CHANNEL",
+    "LOCK_KEY",
+    "Listener",
+    "Poller",
+    "conninfo",
+    "poll_instead",
+    "supports",
+]

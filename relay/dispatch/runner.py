@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from relay.config import Settings
+from relay.config import POLLED_TICK_SECONDS, Settings
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.observe.observers import Observer, Observers
 from relay.store.dispatch import DispatchStore
@@ -81,46 +81,68 @@ def _loop(
     settings: Settings, relay: Dispatcher, engine: Engine, heartbeat_file: str | None
 ) -> Report:
     serve_metrics(settings, engine)
-    stop, wake = threading.Event(), threading.Event()
+    # ``until`` ends the listening phase: on a signal, or when the listener finds it hears
+    # nothing (a transaction pooler); the loop then polls as with RELAY_NOTIFY=0.
+    stop, wake, until = threading.Event(), threading.Event(), threading.Event()
 
     def on_signal(*_: object) -> None:
         stop.set()
+        until.set()
+        wake.set()
+
+    def on_deaf() -> None:
+        until.set()
         wake.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    watcher = listener(settings, wake.set)
+    watcher = listener(settings, wake.set, on_deaf=on_deaf)
     if watcher is None:
         log.info(
             "no LISTEN/NOTIFY here: polling every %gs to %gs",
             settings.poll_floor_seconds,
             settings.tick_seconds,
         )
+    beat = heartbeat(heartbeat_file)
     try:
-        return relay.loop(stop, wake=wake if watcher else None, on_pass=heartbeat(heartbeat_file))
+        report = relay.loop(until, wake=wake if watcher else None, on_pass=beat)
+        if not stop.is_set():
+            idle = min(settings.tick_seconds, POLLED_TICK_SECONDS)
+            report.add(relay.loop(stop, idle_seconds=idle, on_pass=beat))
+        return report
     finally:
         if watcher is not None:
             watcher.stop()
 
 
 def listener(
-    settings: Settings, on_notify: Callable[[], None], *, exclusive: bool = False
+    settings: Settings,
+    on_notify: Callable[[], None],
+    *,
+    exclusive: bool = False,
+    on_deaf: Callable[[], None] | None = None,
 ) -> Listener | None:
-    """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener calling ``on_notify`` on
-    each notification; otherwise None."""
+    """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener (on ``RELAY_LISTEN_URL`` when
+    set) calling ``on_notify`` on each notification, and ``on_deaf`` if it finds that it hears
+    nothing (a transaction pooler); otherwise None."""
     # Loaded here, not above: psycopg is needed only where a loop or a beat watches the outbox.
     from relay.dispatch import listener as listening
 
     if not (settings.notify and listening.supports(settings.database_url)):
         return None
-    return listening.Listener(settings.database_url, on_notify, exclusive=exclusive).start()
+    return listening.Listener(
+        settings.listen_connection_url, on_notify, exclusive=exclusive, on_deaf=on_deaf
+    ).start()
 
 
 def watcher(settings: Settings, on_found: Callable[[], None]) -> Listener | Poller:
     """The deployment's one watcher of new rows, started: an exclusive listener (a second one on
     the same database stands by), or where there is no NOTIFY a poller, floor to tick."""
     s = settings
-    found = listener(s, on_found, exclusive=True)
+    from relay.dispatch.listener import poll_instead
+
+    deaf = poll_instead(s.database_url, on_found, s.poll_floor_seconds, s.tick_seconds)
+    found = listener(s, on_found, exclusive=True, on_deaf=deaf)
     if found is not None:
         return found
     from relay.dispatch.listener import Poller

@@ -1,5 +1,6 @@
 """Engines for the outbox database, tuned per dialect: URL normalisation (the drivers this
-package installs), SQLite pragmas and ``BEGIN IMMEDIATE``, MySQL/MariaDB isolation.
+package installs), SQLite pragmas and ``BEGIN IMMEDIATE``, MySQL/MariaDB isolation, and
+PostgreSQL connections that never prepare statements on the server.
 
 ``relay.store.dispatch`` builds its engine here; so do the migrations and the tests.
 """
@@ -41,6 +42,7 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
     writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
     claim's locking reads take no gap locks that would block producers' INSERTs.
+    PostgreSQL (psycopg): no server-side prepared statements (:data:`PSYCOPG_CONNECT_ARGS`).
     """
     url = normalize_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True, "json_deserializer": json_loads}
@@ -48,6 +50,12 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
     elif url.startswith(("mysql", "mariadb")):
         options["isolation_level"] = "READ COMMITTED"
+    elif url.startswith("postgresql+psycopg:"):
+        # Merged under the caller's own connect_args, which may still choose to prepare.
+        kwargs = {
+            **kwargs,
+            "connect_args": {**PSYCOPG_CONNECT_ARGS, **kwargs.get("connect_args", {})},
+        }
     options.update(kwargs)
     try:
         engine = sa.create_engine(url, **options)
@@ -63,6 +71,14 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
         event.listen(engine, "begin", _sqlite_begin_immediate)
     return engine
 
+
+#: psycopg prepares a statement on the server after its fifth execution on a connection and
+#: then runs it by name; behind a pooler in transaction mode (PgBouncer) the next transaction
+#: may run on another server connection, which has no such statement ("prepared statement
+#: \"_pg3_0\" does not exist", issue 28). Never preparing costs the direct claim + mark path
+#: little (docs/benchmarks.md, "Prepared statements"), and needs no detection that could guess
+#: wrong.
+PSYCOPG_CONNECT_ARGS: dict[str, Any] = {"prepare_threshold": None}
 
 _DECODER = json.JSONDecoder()
 

@@ -49,6 +49,7 @@ BAD_VALUES = [
     ("RELAY_CONSOLE_READONLY_TOKEN", "tiny", "at least 16 characters"),
     ("RELAY_CONSOLE_READONLY_TOKEN", "naïve-token-0123456", "printable ASCII"),
     ("RELAY_CONSOLE_REDACT", "password,,card_number", "empty field name"),
+    ("RELAY_LISTEN_URL", "mysql://root@db/app", "must be a PostgreSQL URL"),
 ]
 
 
@@ -102,6 +103,8 @@ EDGE_VALUES = [
     ("RELAY_PURGE_INTERVAL_SECONDS", "86400"),
     ("RELAY_NOTIFY", "0"),
     ("RELAY_NOTIFY", "1"),
+    ("RELAY_LISTEN_URL", "postgresql://relay@db:5432/app"),
+    ("RELAY_LISTEN_URL", "postgres://relay:secret@db/app?sslmode=require"),
     ("RELAY_POLL_FLOOR_SECONDS", "0.001"),
     ("RELAY_POLL_FLOOR_SECONDS", "3600"),
     ("RELAY_METRICS_PORT", "1"),
