@@ -169,7 +169,7 @@ def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 def _store(settings: Settings) -> Any:
     from relay.store.dispatch import Store
 
-    return Store.from_url(settings.database_url)
+    return Store.from_url(settings.database_url, source=settings.source)
 
 
 def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:

@@ -184,7 +184,7 @@ class Dispatcher:
         be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
         s = settings
         if store is None:
-            store = Store.from_url(s.database_url)
+            store = Store.from_url(s.database_url, source=s.source)
         if publisher is None:
             publisher = publishers.for_url(
                 s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds

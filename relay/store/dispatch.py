@@ -21,6 +21,7 @@ from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.records import Buried, ClaimedEvent, Released, Rescheduled, Status, StatusReport
 from relay.store import dialects
 from relay.store.engine import create_engine, json_loads_many
+from relay.store.eventids import default_source
 from relay.store.filters import EventFilter
 from relay.store.schema import heartbeats, outbox
 from relay.urls import redact
@@ -45,13 +46,15 @@ class Completed:
 class Store:
     """Domain verbs over the ``outbox`` table of one database."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, source: str | None = None) -> None:
         self.engine = engine
         self.dialect = dialects.for_name(engine.dialect.name)
+        #: The CloudEvents ``source`` of this outbox's messages (``RELAY_SOURCE``).
+        self.source = source or default_source(engine.url)
 
     @classmethod
-    def from_url(cls, url: str, **engine_kwargs: Any) -> Store:
-        return cls(create_engine(url, **engine_kwargs))
+    def from_url(cls, url: str, *, source: str | None = None, **engine_kwargs: Any) -> Store:
+        return cls(create_engine(url, **engine_kwargs), source=source)
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -101,7 +104,7 @@ class Store:
         self, conn: Connection, worker: str, limit: int, lease_seconds: float
     ) -> list[ClaimedEvent]:
         rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return sorted(ClaimedEvent.from_claims(rows, json_loads_many), key=_by_id)
+        return sorted(ClaimedEvent.from_claims(rows, json_loads_many, self.source), key=_by_id)
 
     def _record(
         self,

@@ -21,6 +21,8 @@ class Received:
     headers: dict[str, Any]
     properties: dict[str, Any]
     delivery_info: dict[str, Any]
+    #: Kombu's view of the content type (a property on AMQP, the envelope's on Redis).
+    content_type: str | None = None
 
 
 class Collector:
@@ -64,6 +66,7 @@ class Collector:
                 headers=dict(message.headers or {}),
                 properties=dict(message.properties),
                 delivery_info=dict(message.delivery_info),
+                content_type=message.content_type,
             )
         )
         return True

@@ -154,6 +154,7 @@ class Dialect:
                 outbox.c.attempt,
                 outbox.c.created_at,
                 outbox.c.seq,
+                outbox.c.event_id,
             )
         )
 
