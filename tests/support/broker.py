@@ -24,6 +24,11 @@ class Received:
     #: Kombu's view of the content type (a property on AMQP, the envelope's on Redis).
     content_type: str | None = None
 
+    @property
+    def outbox_id(self) -> int:
+        """The row it came from (``message_id`` is the event id, unique across outboxes)."""
+        return int(self.headers["outbox_id"])
+
 
 class Collector:
     """Binds a durable queue to ``exchange`` with ``binding_key`` and collects what arrives."""
