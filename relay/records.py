@@ -38,18 +38,37 @@ class ClaimedEvent:
     created_at: datetime
     #: The row's number within its ordering key; None for an unordered row.
     seq: int | None = None
+    #: The message id unique across outboxes (``outbox.event_id``); None on a row sent before
+    #: migration 0010, whose message carries the outbox id as it did then.
+    event_id: str | None = None
+    #: The outbox the row came from, as the CloudEvents ``source`` (``RELAY_SOURCE``).
+    source: str | None = None
 
     @classmethod
     def from_claims(
-        cls, rows: Sequence[Sequence[Any]], loads_many: Callable[[list[Any]], list[Any]]
+        cls,
+        rows: Sequence[Sequence[Any]],
+        loads_many: Callable[[list[Any]], list[Any]],
+        source: str | None = None,
     ) -> list[ClaimedEvent]:
         """Build from a claim's rows, tuples in this class's field order (the dialect's
         ``claim_columns``) with payload and headers as JSON text, all decoded by one call of
         ``loads_many``: no mapping is built per row on the hot path."""
         values = loads_many([text for row in rows for text in (row[2], row[3])])
         return [
-            cls(id_, event_type, values[2 * i], values[2 * i + 1], key, attempt, created_at, seq)
-            for i, (id_, event_type, _, _, key, attempt, created_at, seq) in enumerate(rows)
+            cls(
+                id_,
+                event_type,
+                values[2 * i],
+                values[2 * i + 1],
+                key,
+                attempt,
+                created_at,
+                seq,
+                eid,
+                source,
+            )
+            for i, (id_, event_type, _, _, key, attempt, created_at, seq, eid) in enumerate(rows)
         ]
 
 

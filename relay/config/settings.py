@@ -87,6 +87,10 @@ class Settings:
     #: Payload and header fields the console masks everywhere, comma-separated
     #: (``password,card_number``; any case, at any depth).
     console_redact: str | None = None
+    #: The CloudEvents ``source`` of this outbox's messages, a URI-reference (``/shop/orders``,
+    #: ``urn:example:shop``); None: derived from the database URL without its credentials
+    #: (``relay.store.eventids.default_source``). Descriptive: the event id is unique alone.
+    source: str | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -235,6 +239,13 @@ class Settings:
                 "RELAY_METRICS_PORT",
                 self.metrics_port,
                 "must be a TCP port, 1..65535",
+            )
+        if self.source is not None:
+            check(
+                self.source.isprintable() and " " not in self.source,
+                "RELAY_SOURCE",
+                self.source,
+                "must be a URI-reference (printable, no spaces)",
             )
         self._validate_console()
         for name, url in (

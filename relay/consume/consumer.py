@@ -50,7 +50,7 @@ DEFAULT_PREFETCH = 16
 class Event:
     """One event as a handler receives it."""
 
-    #: The outbox id, as the message's ``message_id``.
+    #: The event id, unique across outboxes: the message's ``message_id`` (the inbox key).
     id: str
     #: The routing key.
     event_type: str
@@ -58,6 +58,8 @@ class Event:
     headers: dict[str, Any]
     #: The relay's attempt that published it (1 = first try).
     attempt: int
+    #: The outbox it came from (the CloudEvents ``source``); None on a message without one.
+    source: str | None = None
 
 
 #: ``def handle(connection, event)``: ``connection`` is inside the transaction that also holds
@@ -187,9 +189,12 @@ def decode(message: Any) -> Event:
     """The :class:`Event` of a relay message; ValueError when it is not one."""
     properties = getattr(message, "properties", {}) or {}
     headers = dict(getattr(message, "headers", None) or {})
-    message_id = properties.get("message_id") or headers.get("outbox_id")
+    # A message of a relay before event ids has only its outbox id (docs/guarantees.md).
+    message_id = (
+        properties.get("message_id") or headers.get("cloudEvents:id") or headers.get("outbox_id")
+    )
     if message_id in (None, ""):
-        raise ValueError("no message_id or outbox_id header")
+        raise ValueError("no message_id, cloudEvents:id or outbox_id header")
     try:
         payload = json.loads(message.body)
     except (TypeError, ValueError) as exc:
@@ -201,6 +206,7 @@ def decode(message: Any) -> Event:
         payload=payload,
         headers=headers,
         attempt=int(headers.get("attempt") or 1),
+        source=headers.get("cloudEvents:source"),
     )
 
 

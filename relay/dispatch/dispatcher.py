@@ -42,7 +42,7 @@ class Dispatcher(Cycle):
         be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
         s = settings
         if store is None:
-            store = DispatchStore.from_url(s.database_url)
+            store = DispatchStore.from_url(s.database_url, source=s.source)
         if publisher is None:
             publisher = publishers.for_url(
                 s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds

@@ -140,8 +140,10 @@ class AmqpPublisher(KombuPublisher):
         self._settle(delivery_tag, multiple, self._nacked)
 
     def _on_return(self, exc: Exception, exchange: str, routing_key: str, msg: Any) -> None:
-        message_id = str(msg.properties.get("message_id"))
-        self._returned[message_id] = f"{unroutable(routing_key, exchange)} ({exc})"
+        # Keyed by the outbox id every message carries as a header (events and tasks alike):
+        # an event's message_id is its event id, a task's its task id.
+        outbox_id = str((msg.properties.get("application_headers") or {}).get("outbox_id"))
+        self._returned[outbox_id] = f"{unroutable(routing_key, exchange)} ({exc})"
 
 
 def _build(event: ClaimedEvent) -> message.OutgoingMessage:

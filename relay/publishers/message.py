@@ -1,4 +1,13 @@
-"""The message on the wire (DESIGN.md §1.3), built from a claimed row; pure."""
+"""The message on the wire (DESIGN.md §1.3), built from a claimed row; pure.
+
+An event is a CloudEvent in the binary content mode of the CloudEvents AMQP protocol binding:
+the payload is the body, the ``content_type`` property is ``datacontenttype``, and each other
+attribute is a header named ``cloudEvents:<attribute>`` (the binding's application-properties,
+which AMQP 0-9-1 carries as headers; RabbitMQ hands them to AMQP 1.0 clients as such). The
+binding spells the prefix ``cloudEvents:``; ``cloudEvents_`` is an older alternative its
+receivers also accept. ``id`` is the event id, the same as ``message_id``; ``time`` is the
+row's ``created_at``, RFC 3339 text (the binding's canonical string form).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +20,20 @@ from relay.records import ClaimedEvent
 
 CONTENT_TYPE = "application/json"
 CONTENT_ENCODING = "utf-8"
+#: CloudEvents attributes as headers (the AMQP binding's application-property names).
+CE_PREFIX = "cloudEvents:"
+CE_ID = CE_PREFIX + "id"
+CE_SOURCE = CE_PREFIX + "source"
+CE_TYPE = CE_PREFIX + "type"
+CE_TIME = CE_PREFIX + "time"
+CE_SPECVERSION = CE_PREFIX + "specversion"
+SPECVERSION = "1.0"
+#: The ``source`` of a row claimed without one (a store always sets it).
+DEFAULT_SOURCE = "/relay"
 #: Header names the relay sets; enqueue() refuses them in the caller's headers.
 RESERVED_HEADERS = frozenset(
     {"outbox_id", "event_type", "attempt", "created_at", "ordering_key", "ordering_seq"}
-) | {"x-relay-task"}
+) | {"x-relay-task", CE_ID, CE_SOURCE, CE_TYPE, CE_TIME, CE_SPECVERSION}
 #: The row header that makes a row a Celery task (``relay.celery.send_task``): where to publish
 #: it and the protocol-2 headers and properties, resolved at enqueue. Never sent as a header.
 TASK_HEADER = "x-relay-task"
@@ -88,16 +107,25 @@ encode_claimed = _claimed_encoder()
 
 
 def build(event: ClaimedEvent) -> OutgoingMessage:
-    """The message for ``event``: routing key = event_type, message_id = the outbox id."""
+    """The message for ``event``: routing key = event_type, message_id = the event id (the
+    outbox id for a row sent before event ids, as its first message had it), and the
+    CloudEvents attributes beside the relay's own headers, which consumers already read."""
     if event.headers and TASK_HEADER in event.headers:
         return build_task(event)
+    message_id = event.event_id or str(event.id)
+    created_at = event.created_at.isoformat()
     headers: dict[str, Any] = dict(event.headers or {})
     headers.update(
         outbox_id=event.id,
         event_type=event.event_type,
         attempt=event.attempt,
-        created_at=event.created_at.isoformat(),
+        created_at=created_at,
     )
+    headers[CE_SPECVERSION] = SPECVERSION
+    headers[CE_ID] = message_id
+    headers[CE_SOURCE] = event.source or DEFAULT_SOURCE
+    headers[CE_TYPE] = event.event_type
+    headers[CE_TIME] = created_at
     if event.seq is not None:
         # A consumer that applies a key's messages only at ordering_seq == last applied + 1
         # sees each key in commit order even across redeliveries (docs/ordering.md).
@@ -107,7 +135,7 @@ def build(event: ClaimedEvent) -> OutgoingMessage:
         routing_key=event.event_type,
         body=encode_claimed(event.payload),
         headers=headers,
-        message_id=str(event.id),
+        message_id=message_id,
     )
 
 

@@ -9,19 +9,30 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from typing import Any, Self
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from relay import ordering
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.base import BaseStore, executemany
-from relay.store.engine import json_loads_many
+from relay.store.engine import create_engine, json_loads_many
+from relay.store.eventids import default_source
 
 __all__ = ["Completed", "DispatchStore", "Store"]
 
 
 class DispatchStore(BaseStore):
     """The dispatch path's verbs over the ``outbox`` table of one database."""
+
+    def __init__(self, engine: Engine, *, source: str | None = None) -> None:
+        super().__init__(engine)
+        #: The CloudEvents ``source`` of this outbox's messages (``RELAY_SOURCE``).
+        self.source = source or default_source(engine.url)
+
+    @classmethod
+    def from_url(cls, url: str, *, source: str | None = None, **engine_kwargs: Any) -> Self:
+        return cls(create_engine(url, **engine_kwargs), source=source)
 
     # -- the dispatch cycle ----------------------------------------------------------------
     def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
@@ -63,7 +74,7 @@ class DispatchStore(BaseStore):
         self, conn: Connection, worker: str, limit: int, lease_seconds: float
     ) -> list[ClaimedEvent]:
         rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return sorted(ClaimedEvent.from_claims(rows, json_loads_many), key=_by_id)
+        return sorted(ClaimedEvent.from_claims(rows, json_loads_many, self.source), key=_by_id)
 
     def _record(
         self,

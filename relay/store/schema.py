@@ -33,6 +33,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import SchemaItem
 
 from relay.records import Status
+from relay.store.eventids import EVENT_ID_LENGTH, new_event_id
 from relay.store.timestamps import MYSQL_NAMES, UtcDateTime, utc_now
 
 NAMING_CONVENTION = {
@@ -73,6 +74,10 @@ outbox = Table(
     #: The row's place in its ``ordering_key`` (1, 2, ...), given at enqueue from
     #: ``outbox_sequence``. NULL: not ordered (no key, or a keyed row written without a number).
     Column("seq", BigInteger, nullable=True),
+    #: The message id, unique across outboxes and over time (``relay.store.eventids``),
+    #: written by the database on insert. NULL only on rows sent before migration 0010, whose
+    #: messages went out with the outbox id (that id is sent again if one is ever rebuilt).
+    Column("event_id", String(EVENT_ID_LENGTH), nullable=True, server_default=new_event_id()),
     CheckConstraint(f"status IN ({STATUSES})", name="status"),
     CheckConstraint("attempt >= 0", name="attempt"),
     sqlite_autoincrement=True,

@@ -71,7 +71,7 @@ def test_beat_and_three_workers_deliver_every_committed_event_exactly_once(
             busy = [p.name for p in procs[1:] if re.search(r"'sent': [1-9]", p.log())]
     finally:
         collector.close()
-    ids = [int(m.message_id) for m in received]
+    ids = [m.outbox_id for m in received]
     print(f"{EVENTS} events through the fleet in {elapsed:.1f}s: {EVENTS / elapsed:.0f}/s")
     assert len(ids) == len(set(ids)), "duplicate deliveries"
     assert set(ids) == set(committed)

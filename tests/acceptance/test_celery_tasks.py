@@ -54,7 +54,7 @@ def test_duplicated_and_redelivered_tasks_never_publish_twice(
         for _ in range(10):
             app.send_task(CLAIM_AND_DISPATCH, queue=queue, task_id="redelivered-claim")
         received = collector.drain(len(ids) + 1, timeout=3)
-    got = [int(m.message_id) for m in received]
+    got = [m.outbox_id for m in received]
     assert len(got) == len(set(got)) == len(ids)
     assert set(got) == set(ids)
 
@@ -80,7 +80,7 @@ def test_warm_shutdown_finishes_and_records_the_batch_in_flight(
     assert left.get("pending", 0) > 0, "the drain was not cut short by the shutdown"
     sent = _sent_ids(engine)
     received = collector.drain(len(sent), timeout=30, settle=1.0)
-    got = [int(m.message_id) for m in received]
+    got = [m.outbox_id for m in received]
     assert len(got) == len(set(got))
     assert set(got) == sent
 

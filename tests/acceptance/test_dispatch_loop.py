@@ -66,7 +66,7 @@ def test_two_loops_deliver_exactly_the_committed_events_once(
             p.send_signal(signal.SIGTERM)
         logs = [p.communicate(timeout=30)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], logs
-    counts = Counter(int(m.message_id) for m in received)
+    counts = Counter(m.outbox_id for m in received)
     duplicates = {i: n for i, n in counts.items() if n > 1}
     assert duplicates == {}
     assert set(counts) == committed

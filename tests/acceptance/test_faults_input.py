@@ -101,7 +101,7 @@ def test_hostile_event_types_and_headers_are_stored_and_published_verbatim(
     )
     assert done.returncode == 0, done.stderr
     assert statuses(engine) == {"sent": len(HOSTILE)}
-    received = {int(m.message_id): m for m in collector.drain(len(HOSTILE), timeout=20)}
+    received = {m.outbox_id: m for m in collector.drain(len(HOSTILE), timeout=20)}
     assert received.keys() == ids.keys()
     for outbox_id, text in ids.items():
         msg = received[outbox_id]

@@ -149,7 +149,7 @@ def _migrate_and_dispatch_once(
             got = collector.drain(50, timeout=30)
         finally:
             collector.close()
-    assert sorted(int(m.message_id) for m in got) == ids
+    assert sorted(m.outbox_id for m in got) == ids
 
 
 @pytest.mark.parametrize("events", ["amqp", "redis"])
@@ -203,7 +203,7 @@ def test_celery_worker_and_beat_with_redis_as_the_broker(
         finally:
             collector.close()
     assert "ModuleNotFoundError" not in logs
-    assert sorted(int(m.message_id) for m in got) == ids, logs
+    assert sorted(m.outbox_id for m in got) == ids, logs
 
 
 def test_the_mysql_extra_against_mariadb(

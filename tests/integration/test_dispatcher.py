@@ -70,7 +70,7 @@ def test_failing_row_backs_off_then_dead_letters_while_others_flow(
         assert "unroutable" in row["last_error"]
         assert [round(d, 3) for d in delays] == [0.05, 0.1, 0.2]
         received = collector.drain(len(good), timeout=20, settle=0.2)
-        assert sorted(int(m.message_id) for m in received) == sorted(good)
+        assert sorted(m.headers["outbox_id"] for m in received) == sorted(good)
         assert count_by_status(engine) == {"sent": 240, "failed": 1}
     finally:
         publisher.close()

@@ -62,18 +62,20 @@ def test_plain_kombu_consumer_takes_each_event_once(
             ids = [relay.enqueue(session, "order.created", {"n": n}) for n in range(500)]
         assert relaying.drain(settings, budget_seconds=60).sent == 500
         wait_until(lambda: len(_handled(pg_engine)) >= 500, 60, "500 handled")
+        with pg_engine.connect() as conn:
+            event_ids = dict(conn.execute(sa.text("SELECT id, event_id FROM outbox")).all())
         with kombu.Connection(amqp_url) as conn:
             producer = conn.Producer(exchange=kombu.Exchange(exchange_name, type="topic"))
-            for event_id in ids[:50]:
+            for outbox_id in ids[:50]:
                 producer.publish(
                     {"n": -1},
                     routing_key="order.created",
-                    message_id=str(event_id),
+                    message_id=event_ids[outbox_id],
                     headers={"attempt": 1},
                 )
         wait_until(lambda: consumer.counts.get("duplicate", 0) >= 50, 60, "50 duplicates seen")
     finally:
         stop.set()
         thread.join(10)
-    assert sorted(map(int, _handled(pg_engine))) == ids
+    assert sorted(_handled(pg_engine)) == sorted(event_ids[i] for i in ids)
     assert consumer.counts == {"done": 500, "duplicate": 50}

@@ -35,17 +35,19 @@ def _event(i: int, event_type: str = "order.created", **kw: object) -> ClaimedEv
 def test_message_on_the_wire_matches_the_contract(
     amqp_url: str, exchange_name: str, collector: Collector
 ) -> None:
-    """Body JSON, routing key, message_id, persistent, contract headers plus the row's."""
+    """Body JSON, routing key, message_id = the event id, persistent, contract headers and the
+    CloudEvents attributes plus the row's."""
+    event_id = "4f1c2a9e-8b7d-4e6f-a1b2-c3d4e5f60718"
     publisher = for_url(amqp_url, exchange_name)
     try:
-        result = publisher.publish([_event(7, attempt=3)])
+        result = publisher.publish([_event(7, attempt=3, event_id=event_id, source="/shop")])
     finally:
         publisher.close()
     assert [e.id for e in result.confirmed] == [7]
     (msg,) = collector.drain(1, timeout=10)
     assert msg.body == {"n": 7, "name": "Zoë"}
     assert msg.routing_key == "order.created"
-    assert msg.message_id == "7"
+    assert msg.message_id == event_id
     assert msg.properties["delivery_mode"] == 2
     assert msg.properties["content_type"] == "application/json"
     assert msg.headers == {
@@ -54,6 +56,11 @@ def test_message_on_the_wire_matches_the_contract(
         "event_type": "order.created",
         "attempt": 3,
         "created_at": CREATED.isoformat(),
+        "cloudEvents:specversion": "1.0",
+        "cloudEvents:id": event_id,
+        "cloudEvents:source": "/shop",
+        "cloudEvents:type": "order.created",
+        "cloudEvents:time": CREATED.isoformat(),
     }
     assert msg.delivery_info["exchange"] == exchange_name
 

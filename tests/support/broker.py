@@ -23,6 +23,13 @@ class Received:
     headers: dict[str, Any]
     properties: dict[str, Any]
     delivery_info: dict[str, Any]
+    #: Kombu's view of the content type (a property on AMQP, the envelope's on Redis).
+    content_type: str | None = None
+
+    @property
+    def outbox_id(self) -> int:
+        """The row it came from (``message_id`` is the event id, unique across outboxes)."""
+        return int(self.headers["outbox_id"])
 
 
 class Collector:
@@ -66,6 +73,7 @@ class Collector:
                 headers=dict(message.headers or {}),
                 properties=dict(message.properties),
                 delivery_info=dict(message.delivery_info),
+                content_type=message.content_type,
             )
         )
         return True

@@ -279,7 +279,7 @@ def audit_delivery(
     committed_ids, failed_ids = set(committed), set(failed)
     wanted = committed_ids - failed_ids
     received = collector.drain(len(wanted), timeout=timeout, settle=0.5)
-    got = collections.Counter(int(m.message_id) for m in received)
+    got = collections.Counter(m.outbox_id for m in received)
     status = statuses(engine)
     sent = ids_with_status(engine, "sent")
     assert status.get("processing", 0) == 0, f"rows left processing: {status}"

@@ -50,6 +50,7 @@ BAD_VALUES = [
     ("RELAY_CONSOLE_READONLY_TOKEN", "naïve-token-0123456", "printable ASCII"),
     ("RELAY_CONSOLE_REDACT", "password,,card_number", "empty field name"),
     ("RELAY_LISTEN_URL", "mysql://root@db/app", "must be a PostgreSQL URL"),
+    ("RELAY_SOURCE", "/shop orders", "URI-reference"),
 ]
 
 
@@ -115,6 +116,8 @@ EDGE_VALUES = [
     ("RELAY_CONSOLE_READONLY_TOKEN", "r" * 512),
     ("RELAY_CONSOLE_REDACT", "password"),
     ("RELAY_CONSOLE_REDACT", "password,card_number,Authorization"),
+    ("RELAY_SOURCE", "/shop/orders"),
+    ("RELAY_SOURCE", "urn:example:shop:" + "x" * 400),
 ]
 
 

@@ -12,16 +12,27 @@ from hypothesis import strategies as st
 from relay.publishers import message
 from relay.records import ClaimedEvent
 
+EVENT_ID = "0b6f3c0e-5d1a-4c53-9a1e-2f0c8d9e7a61"
+
 
 def test_message_carries_the_contract_headers_and_id() -> None:
-    """routing key = event_type, message_id = outbox id, contract headers plus the row's."""
+    """routing key = event_type, message_id = the event id, the relay's headers, the
+    CloudEvents attributes (AMQP binding names) and the row's own headers."""
     created = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
     event = ClaimedEvent(
-        42, "order.paid", {"total": 3, "é": "ü"}, {"trace": "t-1"}, None, 2, created
+        42,
+        "order.paid",
+        {"total": 3, "é": "ü"},
+        {"trace": "t-1"},
+        None,
+        2,
+        created,
+        event_id=EVENT_ID,
+        source="/shop/orders",
     )
     msg = message.build(event)
     assert msg.routing_key == "order.paid"
-    assert msg.message_id == "42"
+    assert msg.message_id == EVENT_ID
     assert json.loads(msg.body) == {"total": 3, "é": "ü"}
     assert msg.headers == {
         "trace": "t-1",
@@ -29,7 +40,26 @@ def test_message_carries_the_contract_headers_and_id() -> None:
         "event_type": "order.paid",
         "attempt": 2,
         "created_at": "2026-11-29T09:00:00+00:00",
+        "cloudEvents:specversion": "1.0",
+        "cloudEvents:id": EVENT_ID,
+        "cloudEvents:source": "/shop/orders",
+        "cloudEvents:type": "order.paid",
+        "cloudEvents:time": "2026-11-29T09:00:00+00:00",
     }
+    assert message.properties(msg)["content_type"] == "application/json"
+
+
+def test_a_row_sent_before_event_ids_keeps_its_outbox_id_as_message_id() -> None:
+    """A row without an event id (sent before migration 0010) rebuilds the message it was sent
+    as: message_id = the outbox id, so an inbox that saw it recognises it."""
+    event = ClaimedEvent(7, "order.paid", {}, None, None, 1, datetime(2026, 1, 1, tzinfo=UTC))
+    msg = message.build(event)
+    assert (msg.message_id, msg.headers["cloudEvents:id"]) == ("7", "7")
+
+
+def test_enqueue_refuses_the_cloudevents_header_names() -> None:
+    """The CloudEvents attributes are the relay's to set: a caller's header cannot shadow them."""
+    assert {"cloudEvents:id", "cloudEvents:source"} <= message.RESERVED_HEADERS
 
 
 def test_body_refuses_nan() -> None:
@@ -48,7 +78,10 @@ def test_a_claimed_row_is_read_in_the_fields_order() -> None:
 
     for name in ("postgresql", "mysql", "sqlite"):
         columns = for_name(name).claim_columns()
-        assert [c.name for c in columns] == [f.name for f in fields(ClaimedEvent)], name
+        # ``source`` is the store's, not a column: the last field, set after the claim.
+        names = [f.name for f in fields(ClaimedEvent)]
+        assert names[-1] == "source"
+        assert [c.name for c in columns] == names[:-1], name
 
 
 #: JSON values as the outbox gives them back: what a JSON text decodes to.
@@ -81,3 +114,26 @@ def test_a_claimed_payload_is_refused_as_any_body_would_be() -> None:
             message.encode_body(bad)
         with pytest.raises(error):
             message.encode_claimed(bad)
+
+
+@pytest.mark.parametrize(
+    ("url", "source"),
+    [
+        (
+            "postgresql+psycopg://app:s3cret@db.internal:5432/shop",
+            "/relay/postgresql/db.internal/shop",
+        ),
+        (
+            "mysql+pymysql://root:pw@127.0.0.1/orders?charset=utf8mb4",
+            "/relay/mysql/127.0.0.1/orders",
+        ),
+        ("sqlite:///relay.sqlite3", "/relay/sqlite/localhost/relay.sqlite3"),
+    ],
+)
+def test_default_source_names_the_database_without_credentials(url: str, source: str) -> None:
+    """Unset RELAY_SOURCE: kind, host and database of the URL, never its user or password."""
+    from sqlalchemy import make_url
+
+    from relay.store.eventids import default_source
+
+    assert default_source(make_url(url)) == source

@@ -76,6 +76,7 @@ class Dialect(ProducerStatements, InboxStatements):
                 outbox.c.attempt,
                 outbox.c.created_at,
                 outbox.c.seq,
+                outbox.c.event_id,
             )
         )
 
