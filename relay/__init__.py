@@ -1,7 +1,8 @@
 """celery-outbox-relay: the transactional outbox for Celery deployments.
 
 Application code calls :func:`enqueue` inside its business transaction; the relay publishes the
-event to a Kombu exchange at least once, with the outbox id as ``message_id``.
+event to a Kombu exchange at least once, with the row's event id (unique across outboxes) as
+``message_id``.
 
 The package, in rooms by role (imports run down this list; ``tests/unit/test_layers.py``
 holds it, with no circle):
@@ -16,8 +17,9 @@ holds it, with no circle):
   dead letters. ``observe/``: the observer seam, Prometheus metrics, OpenTelemetry tracing.
 - ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
   the wake-up listener, and the runner that builds a relay process for the CLI and Celery.
-- ``celery/`` (the only room importing Celery), ``console/`` (the web console), ``commands/``
-  (one module per ``relay`` command); ``testing`` ships the in-memory doubles.
+- ``celery/`` (the only room importing Celery, with the ``relay demo`` command), ``console/``
+  (the web console), ``commands/`` (one module per ``relay`` command); ``testing`` ships the
+  in-memory doubles.
 
 The producer API is loaded on first use, so importing a light layer (``relay.policy``,
 ``relay.config``) never pulls SQLAlchemy in.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -91,6 +92,8 @@ class Row:
     next_retry_at: float | None = None
     locked_by: str | None = None
     locked_until: float | None = None
+    #: Random per row, as the database's default gives it (migration 0010).
+    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     last_error: str | None = None
 
 
@@ -110,6 +113,8 @@ class InMemoryStore:
     #: Per key: the number of its last row marked sent.
     progress: dict[str, int] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    #: Its messages' CloudEvents ``source``, as ``RELAY_SOURCE`` sets a database store's.
+    source: str = "/relay/memory"
 
     def add(
         self,
@@ -151,7 +156,7 @@ class InMemoryStore:
             row.status, row.locked_by = Status.PROCESSING, worker
             row.attempt += 1
             row.locked_until = now + lease_seconds
-            picked.append(_claimed(row))
+            picked.append(_claimed(row, self.source))
         return picked
 
     def complete(
@@ -265,7 +270,7 @@ class InMemoryStore:
         return n
 
 
-def _claimed(row: Row) -> ClaimedEvent:
+def _claimed(row: Row, source: str) -> ClaimedEvent:
     return ClaimedEvent(
         row.id,
         row.event_type,
@@ -275,6 +280,8 @@ def _claimed(row: Row) -> ClaimedEvent:
         row.attempt,
         row.created_at,
         row.seq,
+        event_id=row.event_id,
+        source=source,
     )
 
 

@@ -29,7 +29,7 @@ class Runtime:
         if self._pid != os.getpid():
             self.forget()
         if self._dispatcher is None:
-            self._store = DispatchStore.from_url(self.settings.database_url)
+            self._store = DispatchStore.from_settings(self.settings)
             self._dispatcher = runner.dispatcher(self.settings, self._store)
             self._pid = os.getpid()
         return self._dispatcher

@@ -14,6 +14,7 @@ import psycopg
 from relay.commands.checks import FAIL, PASS, WARN, Check
 from relay.config import Settings
 from relay.dispatch import listener
+from relay.exceptions import ConfigError
 from relay.urls import redact
 
 #: How long the listener check waits for its own notification.
@@ -64,12 +65,17 @@ def listening(settings: Settings) -> Check:
     name = "listener"
     if not settings.notified:
         return Check(name, PASS, "RELAY_NOTIFY is off: the relay polls")
-    var = "RELAY_LISTEN_URL" if settings.listen_url else "RELAY_DATABASE_URL"
-    probe = listener.Listener(
-        settings.listen_connection_url, lambda: None, probe_seconds=LISTEN_PROBE_SECONDS
-    )
+    var = settings.listen_variable
     try:
+        probe = listener.Listener(
+            settings.listen_connection_url,
+            lambda: None,
+            probe_seconds=LISTEN_PROBE_SECONDS,
+            variable=var,
+        )
         heard = probe.hears()
+    except ConfigError as exc:
+        return Check(name, FAIL, str(exc), f"correct {var}")
     except psycopg.Error as exc:
         detail = f"{var} cannot LISTEN: {redact(str(exc).strip())}"
         return Check(name, FAIL, detail, f"check {var}")

@@ -301,6 +301,11 @@ class Settings:
         return self.notify and scheme in ("postgresql", "postgres")
 
     @property
+    def listen_variable(self) -> str:
+        """The variable :attr:`listen_connection_url` comes from, for messages."""
+        return "RELAY_LISTEN_URL" if self.listen_url else "RELAY_DATABASE_URL"
+
+    @property
     def listen_connection_url(self) -> str:
         """Where the listener LISTENs: ``RELAY_LISTEN_URL``, else the outbox database's URL."""
         return self.listen_url or self.database_url

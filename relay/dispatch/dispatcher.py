@@ -16,6 +16,7 @@ from relay import publishers, timing
 from relay.config import Settings
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
 from relay.exceptions import StoreError
+from relay.ordering import BEHIND_A_FAILURE, hold_back_after_failures
 from relay.policy import Backoff, BatchSizer
 from relay.publishers import Publisher
 from relay.store.dispatch import DispatchStore
@@ -42,7 +43,7 @@ class Dispatcher(Cycle):
         be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
         s = settings
         if store is None:
-            store = DispatchStore.from_url(s.database_url, source=s.source)
+            store = DispatchStore.from_settings(s)
         if publisher is None:
             publisher = publishers.for_url(
                 s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds
@@ -170,4 +171,12 @@ class Dispatcher(Cycle):
         return total
 
 
-__all__ = ["EXPIRED", "Batch", "Dispatcher", "Report", "make_worker_id"]
+__all__ = [
+    "BEHIND_A_FAILURE",
+    "EXPIRED",
+    "Batch",
+    "Dispatcher",
+    "Report",
+    "hold_back_after_failures",
+    "make_worker_id",
+]

@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from relay import timing
 from relay.config import POLLED_TICK_SECONDS
-from relay.exceptions import StoreError
+from relay.exceptions import ConfigError, StoreError
 from relay.policy import Backoff
 from relay.store.dispatch import Store
 from relay.store.engine import normalize_url
@@ -79,9 +79,13 @@ def supports(database_url: str) -> bool:
     return sa.make_url(normalize_url(database_url)).get_backend_name() == "postgresql"
 
 
-def conninfo(database_url: str) -> str:
-    """The libpq URI of ``database_url`` (an SQLAlchemy URL), for psycopg directly."""
-    url = sa.make_url(normalize_url(database_url)).set(drivername="postgresql")
+def conninfo(database_url: str, variable: str = "RELAY_DATABASE_URL") -> str:
+    """The libpq URI of ``database_url`` (an SQLAlchemy URL), for psycopg directly; a URL that
+    does not parse is a ConfigError naming ``variable``."""
+    try:
+        url = sa.make_url(normalize_url(database_url)).set(drivername="postgresql")
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"{variable}={redact(database_url)!r} does not parse: {exc}") from exc
     return url.render_as_string(hide_password=False)
 
 
@@ -98,6 +102,7 @@ class Listener:
         heartbeat_seconds: float = timing.LISTEN_HEARTBEAT_SECONDS,
         on_deaf: Callable[[], None] | None = None,
         probe_seconds: float = PROBE_SECONDS,
+        variable: str = "RELAY_DATABASE_URL",
     ) -> None:
         self.on_notify = on_notify
         self.on_deaf = on_deaf
@@ -110,7 +115,7 @@ class Listener:
         self.deaf = threading.Event()
         #: Sessions that reached LISTEN so far (more than one: it reconnected).
         self.sessions = 0
-        self._conninfo = conninfo(database_url)
+        self._conninfo = conninfo(database_url, variable)
         self._where = redact(database_url)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

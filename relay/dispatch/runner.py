@@ -63,7 +63,7 @@ def shutdown(dispatcher: Dispatcher) -> None:
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
     """A relay process without Celery: drain once, or drain until SIGTERM/SIGINT with the
     listener (or adaptive polling), the heartbeat file and the metrics endpoint."""
-    store = DispatchStore.from_url(settings.database_url)
+    store = DispatchStore.from_settings(settings)
     relay = dispatcher(settings, store)
     log.info("relay %s starting: %s", relay.worker_id, settings.describe())
     try:
@@ -131,7 +131,11 @@ def listener(
     if not (settings.notify and listening.supports(settings.database_url)):
         return None
     return listening.Listener(
-        settings.listen_connection_url, on_notify, exclusive=exclusive, on_deaf=on_deaf
+        settings.listen_connection_url,
+        on_notify,
+        exclusive=exclusive,
+        on_deaf=on_deaf,
+        variable=settings.listen_variable,
     ).start()
 
 

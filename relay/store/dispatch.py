@@ -14,6 +14,7 @@ from typing import Any, Self
 from sqlalchemy import Connection, Engine
 
 from relay import ordering
+from relay.config import Settings
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.base import BaseStore, executemany
 from relay.store.engine import create_engine, json_loads_many
@@ -33,6 +34,12 @@ class DispatchStore(BaseStore):
     @classmethod
     def from_url(cls, url: str, *, source: str | None = None, **engine_kwargs: Any) -> Self:
         return cls(create_engine(url, **engine_kwargs), source=source)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
+        """The store every relay process dispatches through: ``RELAY_DATABASE_URL``, with
+        ``RELAY_SOURCE`` as its messages' source."""
+        return cls.from_url(settings.database_url, source=settings.source, **engine_kwargs)
 
     # -- the dispatch cycle ----------------------------------------------------------------
     def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:

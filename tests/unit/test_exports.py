@@ -43,3 +43,33 @@ def test_every_moved_module_still_imports_under_its_old_path() -> None:
         [sys.executable, "-c", _OLD_PATHS], capture_output=True, text=True, check=True
     ).stdout
     assert int(out) == len(relay.MOVED) > 20
+
+
+def test_names_of_the_former_flat_modules_still_import() -> None:
+    """Names users imported from ``relay.store``, ``relay.observe`` and ``relay.dispatcher``
+    before those became rooms resolve to the same objects as at their new homes."""
+    from relay.dispatcher import BEHIND_A_FAILURE, hold_back_after_failures
+
+    import relay.dispatch.dispatcher
+    import relay.observe.observers
+    import relay.ordering
+    import relay.records
+    import relay.store.dispatch
+    import relay.store.operations
+    from relay.observe import Observer, Observers, Recorded
+    from relay.store import PURGE_LOCK_KEY, Actor, Changed, Completed, Store
+
+    assert Store is relay.store.dispatch.DispatchStore
+    assert Completed is relay.records.Completed
+    assert (Actor, Changed, PURGE_LOCK_KEY) == (
+        relay.store.operations.Actor,
+        relay.store.operations.Changed,
+        relay.store.operations.PURGE_LOCK_KEY,
+    )
+    assert (Observer, Observers, Recorded) == (
+        relay.observe.observers.Observer,
+        relay.observe.observers.Observers,
+        relay.observe.observers.Recorded,
+    )
+    assert hold_back_after_failures is relay.ordering.hold_back_after_failures
+    assert BEHIND_A_FAILURE == relay.ordering.BEHIND_A_FAILURE

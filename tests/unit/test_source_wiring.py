@@ -1,0 +1,57 @@
+"""``RELAY_SOURCE`` and ``RELAY_LISTEN_URL`` reach every place a relay process builds from
+settings (the merge of the event-id and runner work once dropped the source on two of them)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from relay.celery.runtime import Runtime
+from relay.config import Settings
+from relay.dispatch import listener
+from relay.dispatch.dispatcher import Dispatcher
+from relay.exceptions import ConfigError
+from relay.store.dispatch import DispatchStore
+from relay.testing import InMemoryPublisher, InMemoryStore
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(database_url=f"sqlite:///{tmp_path / 'outbox.sqlite3'}", source="/shop/orders")
+
+
+def test_every_dispatch_store_built_from_settings_carries_the_source(tmp_path: Path) -> None:
+    """The store of ``Dispatcher.from_settings``, of the Celery runtime and of
+    ``DispatchStore.from_settings`` (the runner's) all name ``RELAY_SOURCE``."""
+    s = _settings(tmp_path)
+    stores = [DispatchStore.from_settings(s), Dispatcher.from_settings(s).store]
+    runtime = Runtime(s)
+    stores.append(runtime.store())
+    try:
+        assert [getattr(store, "source", None) for store in stores] == ["/shop/orders"] * 3
+    finally:
+        runtime.close()
+        for store in stores[:2]:
+            store.dispose()
+
+
+def test_the_in_memory_store_gives_each_row_an_event_id_and_its_source() -> None:
+    """Claimed events of the shipped double carry a random event id and the store's source,
+    as the database's do since migration 0010, so its messages look like the real ones."""
+    store = InMemoryStore(clock=lambda: 0.0, source="/shop/orders")
+    for n in range(3):
+        store.add("shop.order", {"n": n})
+    claimed = store.claim("w", 10, 30.0)
+    ids = [e.event_id for e in claimed]
+    assert len(set(ids)) == 3
+    assert all(uuid.UUID(str(i)).version == 4 for i in ids)
+    assert {e.source for e in claimed} == {"/shop/orders"}
+    sent = InMemoryPublisher().publish(claimed)
+    assert sent.confirmed == claimed
+
+
+def test_a_listen_url_that_does_not_parse_is_refused_naming_its_variable() -> None:
+    """A malformed ``RELAY_LISTEN_URL`` is a ConfigError that names it, not a traceback."""
+    with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
+        listener.Listener("postgresql://u@h:notaport/db", lambda: None, variable="RELAY_LISTEN_URL")
