@@ -106,9 +106,15 @@ def _indexes(engine: sa.Engine) -> Check:
     return Check("indexes", PASS, "the claim index and every other index exist")
 
 
+def _operations(engine: sa.Engine) -> Any:
+    from relay.store import dialects
+
+    return dialects.operations_for(dialects.for_name(engine.dialect.name))
+
+
 def _idle_timeout(engine: sa.Engine) -> Check:
     with engine.connect() as conn:
-        value = str(conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar())
+        value = str(conn.execute(_operations(engine).idle_in_transaction_timeout()).scalar())
     if value in ("0", "0ms"):
         return Check(
             "idle_in_transaction_session_timeout",
@@ -120,13 +126,9 @@ def _idle_timeout(engine: sa.Engine) -> Check:
 
 
 def _clock(engine: sa.Engine) -> Check:
-    from relay.store import dialects
-    from relay.store.timestamps import UtcDateTime
-
-    now = sa.type_coerce(dialects.for_name(engine.dialect.name).now(), UtcDateTime())
     before = time.time()
     with engine.connect() as conn:
-        db_now = conn.execute(sa.select(now)).scalar_one()
+        db_now = conn.execute(_operations(engine).clock_reading()).scalar_one()
     skew = db_now.timestamp() - (before + time.time()) / 2
     detail = f"database clock {skew:+.2f}s from this host's"
     if abs(skew) > SKEW_WARN_SECONDS:
@@ -162,16 +164,8 @@ def _tick(settings: Settings) -> Check:
 
 
 def _unroutable(engine: sa.Engine) -> Check:
-    from relay.store.schema import outbox
-
-    query = (
-        sa.select(outbox.c.event_type, sa.func.count())
-        .where(outbox.c.status.in_(("pending", "failed")), outbox.c.last_error.like("unroutable%"))
-        .group_by(outbox.c.event_type)
-        .limit(5)
-    )
     with engine.connect() as conn:
-        rows = conn.execute(query).all()
+        rows = conn.execute(_operations(engine).unroutable_types(5)).all()
     if rows:
         types = ", ".join(f"{t} ({n})" for t, n in rows)
         return Check(

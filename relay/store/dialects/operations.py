@@ -30,6 +30,7 @@ from sqlalchemy import (
     null,
     select,
     true,
+    type_coerce,
     union_all,
     update,
 )
@@ -38,6 +39,7 @@ from relay.store.dialects.base import Dialect
 from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, lit
 from relay.store.filters import EventFilter, like_pattern
 from relay.store.schema import audit, heartbeats, outbox, outbox_progress
+from relay.store.timestamps import UtcDateTime
 
 #: What an operator sees of a row in a list (not the payload: `relay failed list` is a table).
 EVENT_COLUMNS = (
@@ -270,3 +272,17 @@ class Operations:
     def beat_ages(self) -> Select[Any]:
         """Each heartbeat's name and seconds since it beat."""
         return select(heartbeats.c.name, self.dialect.seconds_since(heartbeats.c.beat_at))
+
+    # -- the doctor's readings --------------------------------------------------------------
+    def clock_reading(self) -> Select[Any]:
+        """The database's clock, as an aware UTC timestamp (the doctor's skew check)."""
+        return select(type_coerce(self.dialect.now(), UtcDateTime()))
+
+    def unroutable_types(self, limit: int) -> Select[Any]:
+        """Event types with rows waiting or failed as unroutable, and how many, up to ``limit``."""
+        return (
+            select(outbox.c.event_type, func.count())
+            .where(outbox.c.status.in_((PENDING, FAILED)), outbox.c.last_error.like("unroutable%"))
+            .group_by(outbox.c.event_type)
+            .limit(limit)
+        )

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Connection,
     Row,
     Select,
+    TextClause,
     Update,
     bindparam,
     func,
@@ -204,7 +205,11 @@ class PostgresDialect(Dialect):
 
 
 class PostgresOperations(Operations):
-    """The operator's statements on PostgreSQL: its advisory lock."""
+    """The operator's statements on PostgreSQL: its advisory lock, the doctor's settings."""
+
+    def idle_in_transaction_timeout(self) -> TextClause:
+        """``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off)."""
+        return sa.text("SHOW idle_in_transaction_session_timeout")
 
     def advisory_lock(self) -> Select[Any]:
         """``pg_try_advisory_xact_lock(key)``: true when this transaction took lock ``key``."""

@@ -45,6 +45,9 @@ SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers A
 FROM outbox
 WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
+-- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
+SELECT (UTC_TIMESTAMP(6)) AS utc_now_1;
+
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
 FROM outbox
@@ -227,4 +230,10 @@ FROM (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_2 ORDER BY id
+ LIMIT %s;
+
+-- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
+SELECT outbox.event_type, count(*) AS count_1
+FROM outbox
+WHERE outbox.status IN ('pending', 'failed') AND outbox.last_error LIKE %s GROUP BY outbox.event_type
  LIMIT %s;

@@ -52,6 +52,9 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
 
+-- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
+SELECT now() AS now_1;
+
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
 FROM outbox
@@ -119,6 +122,9 @@ FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN L
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
+
+-- idle_in_transaction_timeout: ``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off).
+SHOW idle_in_transaction_session_timeout;
 
 -- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: psycopg reports no row
 INSERT INTO relay_inbox (consumer, message_id) VALUES (%(consumer)s::VARCHAR, %(message_id)s::VARCHAR) ON CONFLICT DO NOTHING RETURNING relay_inbox.consumer;
@@ -245,3 +251,9 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER;
+
+-- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
+SELECT outbox.event_type, count(*) AS count_1
+FROM outbox
+WHERE outbox.status IN ('pending', 'failed') AND outbox.last_error LIKE %(last_error_1)s::VARCHAR GROUP BY outbox.event_type
+ LIMIT %(param_1)s::INTEGER;

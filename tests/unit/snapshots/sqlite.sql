@@ -49,6 +49,9 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
  LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
  LIMIT ? OFFSET ?) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
 
+-- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
+SELECT (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AS utc_now_1;
+
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
 FROM outbox
@@ -221,4 +224,10 @@ FROM (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
+ LIMIT ? OFFSET ?;
+
+-- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
+SELECT outbox.event_type, count(*) AS count_1
+FROM outbox
+WHERE outbox.status IN ('pending', 'failed') AND outbox.last_error LIKE ? GROUP BY outbox.event_type
  LIMIT ? OFFSET ?;
