@@ -126,12 +126,14 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         if getattr(sender, "app", app) is not app:
             return
         from relay.dispatch import listener
+        from relay.dispatch.gate import Gate
         from relay.store.dispatch import Store
 
         s = settings
         waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
         if s.notify and listener.supports(s.database_url):
-            listener.Listener(s.database_url, waker, exclusive=True).start()
+            gate = Gate.from_settings(s)
+            listener.Listener(s.database_url, waker, exclusive=True, gate=gate).start()
         else:
             store = Store.from_url(s.database_url)
             listener.Poller(store, waker, s.poll_floor_seconds, s.tick_seconds).start()

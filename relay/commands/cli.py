@@ -264,6 +264,7 @@ def _listener(settings: Settings, wake: threading.Event) -> Any:
     """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener that sets ``wake`` on each
     notification; otherwise None (the loop polls adaptively)."""
     from relay.dispatch import listener
+    from relay.dispatch.gate import Gate
 
     if not (settings.notify and listener.supports(settings.database_url)):
         log.info(
@@ -272,7 +273,8 @@ def _listener(settings: Settings, wake: threading.Event) -> Any:
             settings.tick_seconds,
         )
         return None
-    return listener.Listener(settings.database_url, wake.set).start()
+    gate = Gate.from_settings(settings)
+    return listener.Listener(settings.database_url, wake.set, gate=gate).start()
 
 
 def _cmd_failed(settings: Settings, args: argparse.Namespace) -> int:

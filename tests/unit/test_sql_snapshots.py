@@ -76,6 +76,7 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "f": OPERATOR_FILTER,
         "matching": dialect.matching(OPERATOR_FILTER),
         "after": 500,
+        "horizon": 1000,
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")

@@ -24,8 +24,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.store.dialects.base import _PLACE, PROCESSING, Dialect, cached
-from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.schema import outbox, outbox_progress, outbox_sequence, wakeup
 
+#: The channel the outbox trigger notifies (``relay.dispatch.listener.CHANNEL``).
+WAKEUP_CHANNEL = "relay_outbox"
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 
@@ -196,3 +198,28 @@ class PostgresDialect(Dialect):
         """``pg_try_advisory_xact_lock``: released at commit, so it also works behind a
         transaction-pooling proxy."""
         return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
+
+    def wakeup_on(self) -> Update:
+        """``UPDATE relay_wakeup SET listening = true WHERE NOT listening``: writers notify."""
+        return sa_update(wakeup).where(~wakeup.c.listening).values(listening=sa.true())
+
+    def wakeup_off(self) -> Update:
+        """``UPDATE relay_wakeup SET listening = false WHERE listening``: writers stop notifying."""
+        return sa_update(wakeup).where(wakeup.c.listening).values(listening=sa.false())
+
+    def wakeup_ring(self) -> Select[Any]:
+        """``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms)."""
+        return select(func.pg_notify(sa.literal(WAKEUP_CHANNEL), sa.literal("")))
+
+    def xact_horizon(self) -> Select[Any]:
+        """The next transaction id: every transaction older than it began before this statement."""
+        return select(_xid(func.pg_snapshot_xmax(func.pg_current_snapshot())))
+
+    def xacts_ended(self, horizon: int) -> Select[Any]:
+        """Whether every transaction older than ``horizon`` has ended (committed or not)."""
+        return select(_xid(func.pg_snapshot_xmin(func.pg_current_snapshot())) >= horizon)
+
+
+def _xid(value: ColumnElement[Any]) -> ColumnElement[int]:
+    """An ``xid8`` as a number (through text: PostgreSQL has no cast from xid8 to bigint)."""
+    return sa.cast(sa.cast(value, sa.Text), sa.BigInteger)

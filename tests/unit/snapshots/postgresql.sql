@@ -211,3 +211,18 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER;
+
+-- wakeup_off: ``UPDATE relay_wakeup SET listening = false WHERE listening``: writers stop notifying.
+UPDATE relay_wakeup SET listening=false WHERE relay_wakeup.listening;
+
+-- wakeup_on: ``UPDATE relay_wakeup SET listening = true WHERE NOT listening``: writers notify.
+UPDATE relay_wakeup SET listening=true WHERE NOT relay_wakeup.listening;
+
+-- wakeup_ring: ``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms).
+SELECT pg_notify(%(param_1)s::VARCHAR, %(param_2)s::VARCHAR) AS pg_notify_1;
+
+-- xact_horizon: The next transaction id: every transaction older than it began before this statement.
+SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS TEXT) AS BIGINT) AS pg_snapshot_xmax_1;
+
+-- xacts_ended: Whether every transaction older than ``horizon`` has ended (committed or not).
+SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) >= %(param_1)s::BIGINT AS anon_1;
