@@ -18,17 +18,14 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
-    Boolean,
     CheckConstraint,
     Column,
     Index,
     Integer,
     MetaData,
-    SmallInteger,
     String,
     Table,
     Text,
-    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -184,17 +181,6 @@ heartbeats = Table(
     metadata,
     Column("name", String(64), primary_key=True),
     Column("beat_at", Timestamp, nullable=False, server_default=utc_now()),
-)
-
-#: The wake-up flag, one row: on while a relay listens idle for the outbox trigger's NOTIFY
-#: (migration 0011), off while it is busy, so that busy writers never take PostgreSQL's
-#: commit-time NOTIFY lock. The trigger reads it without locking; only listeners write it.
-wakeup = Table(
-    "relay_wakeup",
-    metadata,
-    Column("id", SmallInteger, primary_key=True, autoincrement=False),
-    Column("listening", Boolean, nullable=False, server_default=false()),
-    CheckConstraint("id = 1", name="one_row"),
 )
 
 #: Sent rows by the time they were sent: the console's last-hour throughput and lag charts read

@@ -1,7 +1,9 @@
-"""The wake-up flag (``relay_wakeup``, migration 0011): whether the outbox trigger NOTIFYs.
+"""The wake-up flag (the sequence ``relay_wakeup``, migration 0011): whether the outbox
+trigger NOTIFYs.
 
-Only listeners write it; writers' trigger reads it without a lock. PostgreSQL only: other
-databases have no trigger and their relays poll.
+Only listeners set it; the trigger's ``WHEN`` reads it without a lock or a query. Setting a
+sequence is not transactional: it takes effect at once. PostgreSQL only: other databases have
+no trigger and their relays poll.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ class WakeupFlag:
         that may have read the flag off and not committed yet are all older than it."""
         with self.store._tx() as conn:
             conn.execute(self._sql.wakeup_on())
-        # A snapshot taken after the flag's commit: a writer that read it off got its id first.
+        # A snapshot taken after the flag was set: a writer that read it off got its id first.
         with self.store._tx() as conn:
             return int(conn.execute(self._sql.xact_horizon()).scalar_one())
 
     def off(self) -> None:
-        """Writers stop notifying (no write when it already is off)."""
+        """Writers stop notifying."""
         with self.store._tx() as conn:
             conn.execute(self._sql.wakeup_off())
 

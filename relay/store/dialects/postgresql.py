@@ -24,10 +24,12 @@ from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.store.dialects.base import _PLACE, PROCESSING, Dialect, cached
-from relay.store.schema import outbox, outbox_progress, outbox_sequence, wakeup
+from relay.store.schema import outbox, outbox_progress, outbox_sequence
 
 #: The channel the outbox trigger notifies (``relay.dispatch.listener.CHANNEL``).
 WAKEUP_CHANNEL = "relay_outbox"
+#: The wake-up flag (migration 0011): a sequence, 0 off, 1 on.
+_WAKEUP: ColumnElement[Any] = literal_column("'relay_wakeup'::regclass")
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 
@@ -199,13 +201,13 @@ class PostgresDialect(Dialect):
         transaction-pooling proxy."""
         return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
 
-    def wakeup_on(self) -> Update:
-        """``UPDATE relay_wakeup SET listening = true WHERE NOT listening``: writers notify."""
-        return sa_update(wakeup).where(~wakeup.c.listening).values(listening=sa.true())
+    def wakeup_on(self) -> Select[Any]:
+        """``setval('relay_wakeup', 1)``: writers notify from now on (not transactional)."""
+        return select(func.setval(_WAKEUP, 1))
 
-    def wakeup_off(self) -> Update:
-        """``UPDATE relay_wakeup SET listening = false WHERE listening``: writers stop notifying."""
-        return sa_update(wakeup).where(wakeup.c.listening).values(listening=sa.false())
+    def wakeup_off(self) -> Select[Any]:
+        """``setval('relay_wakeup', 0)``: writers stop notifying (not transactional)."""
+        return select(func.setval(_WAKEUP, 0))
 
     def wakeup_ring(self) -> Select[Any]:
         """``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms)."""

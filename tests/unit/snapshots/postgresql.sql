@@ -212,11 +212,11 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER;
 
--- wakeup_off: ``UPDATE relay_wakeup SET listening = false WHERE listening``: writers stop notifying.
-UPDATE relay_wakeup SET listening=false WHERE relay_wakeup.listening;
+-- wakeup_off: ``setval('relay_wakeup', 0)``: writers stop notifying (not transactional).
+SELECT setval('relay_wakeup'::regclass, %(setval_2)s::INTEGER) AS setval_1;
 
--- wakeup_on: ``UPDATE relay_wakeup SET listening = true WHERE NOT listening``: writers notify.
-UPDATE relay_wakeup SET listening=true WHERE NOT relay_wakeup.listening;
+-- wakeup_on: ``setval('relay_wakeup', 1)``: writers notify from now on (not transactional).
+SELECT setval('relay_wakeup'::regclass, %(setval_2)s::INTEGER) AS setval_1;
 
 -- wakeup_ring: ``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms).
 SELECT pg_notify(%(param_1)s::VARCHAR, %(param_2)s::VARCHAR) AS pg_notify_1;
