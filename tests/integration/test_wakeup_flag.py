@@ -5,6 +5,7 @@ went on is still found without waiting for the tick."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -174,3 +175,25 @@ def test_a_stopping_listener_turns_the_flag_off_and_rings_the_others(
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_role_that_may_only_insert_into_outbox_still_inserts(pg_engine: sa.Engine) -> None:
+    """The trigger's WHEN reads the flag as the writer: a role granted only INSERT on outbox
+    (and its id sequence) is not refused for want of a privilege on the flag."""
+    role = f"relay_writer_{uuid.uuid4().hex[:8]}"
+    with pg_engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE ROLE {role}"))
+        conn.execute(sa.text(f"GRANT INSERT ON outbox TO {role}"))
+        conn.execute(sa.text(f"GRANT USAGE ON SEQUENCE outbox_id_seq TO {role}"))
+    try:
+        for flag in (0, 1):
+            with pg_engine.begin() as conn:
+                conn.execute(sa.text(f"SELECT setval('relay_wakeup', {flag})"))
+                conn.execute(sa.text(f"SET LOCAL ROLE {role}"))
+                conn.execute(sa.text(INSERT))
+        with pg_engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one() == 2
+    finally:
+        with pg_engine.begin() as conn:
+            conn.execute(sa.text(f"DROP OWNED BY {role}"))
+            conn.execute(sa.text(f"DROP ROLE {role}"))

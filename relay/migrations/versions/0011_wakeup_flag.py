@@ -13,7 +13,8 @@ called, and ``pg_sequence_last_value`` reads one page without a query, a snapsho
 writer could wait on. With the flag off a writer pays no PL/pgSQL call at all (a trigger
 function reading a one-row table cost each statement about 0.07 ms of server time, this
 ``WHEN`` about 0.02). A sequence's value is not transactional: the flag changes the moment a
-listener sets it. Writers' roles need ``SELECT`` on it, as on ``outbox_id_seq``. Other
+listener sets it. Every role may read it (``GRANT SELECT ... TO PUBLIC``), so no writer's
+INSERT fails for want of a privilege on it. Other
 databases have no trigger and no flag.
 
 Re-chain onto 0010 at merge: written beside 0010 (message ids), on 0009.
@@ -43,6 +44,8 @@ def upgrade() -> None:
         return
     op.execute("CREATE SEQUENCE relay_wakeup MINVALUE 0 MAXVALUE 1 START WITH 0")
     op.execute("SELECT setval('relay_wakeup', 0, true)")  # off, and readable from the start
+    # Every writer's INSERT reads it: a role allowed to insert into outbox must not fail on it.
+    op.execute("GRANT SELECT ON SEQUENCE relay_wakeup TO PUBLIC")
     op.execute("DROP TRIGGER relay_outbox_notify ON outbox")
     op.execute(_CREATE.format(when="WHEN (pg_sequence_last_value('relay_wakeup') = 1) "))
 
