@@ -29,6 +29,7 @@ from bench import (
     services,
     throughput,
     versus,
+    writers,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +79,10 @@ class Plan:
     console_far_page: int
     consumer_events: int
     tasks: int
+    #: bench.writers: writers per run (single-row, business transactions), seconds per run.
+    writers: list[int] = field(default_factory=lambda: [1, 8, 32, 64])
+    business_writers: list[int] = field(default_factory=lambda: [1, 8, 32])
+    writers_seconds: float = 1.5
     #: bench.versus: events per run, processes per side, other revisions of the relay beside it.
     versus_events: int = 20_000
     versus_processes: int = 4
@@ -165,6 +170,9 @@ QUICK = Plan(
     consumer_events=500,
     tasks=200,
     versus_events=2_000,
+    writers=[1, 8],
+    business_writers=[1],
+    writers_seconds=1.0,
 )
 
 #: The sections, in the order a full run measures them.
@@ -208,6 +216,7 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "console": lambda p: console.run(p.console_rows, p.console_reps, p.console_far_page),
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),
+    "writers": lambda p: writers.run(p.writers, p.business_writers, p.writers_seconds, p.reps),
 }
 
 

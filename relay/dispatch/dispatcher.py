@@ -126,10 +126,10 @@ class Dispatcher(Cycle):
         """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
         because a batch came back short), rest until ``wake`` is set or the tick passes.
 
-        With ``wake`` (set by a :class:`relay.dispatch.listener.Listener` on each notification; set
-        it along with ``stop`` to stop at once) the loop rests until notified or a whole tick has
-        passed (the safety net); notified within ``RELAY_POLL_FLOOR_SECONDS`` of a drain that
-        moved rows, it waits out the floor first, so a steady stream is claimed in batches.
+        With ``wake`` (set by a :class:`relay.dispatch.listener.Listener` on each notification,
+        and by its gate at most once per ``RELAY_POLL_FLOOR_SECONDS`` while rows keep coming; set
+        it along with ``stop`` to stop at once) the loop rests until woken or its adaptive poll
+        is due, whichever comes first, then drains at once.
         Without, it polls adaptively: ``RELAY_POLL_FLOOR_SECONDS`` after a drain that moved
         rows, doubling after each empty one up to ``idle_seconds`` (default: the tick).
         ``on_pass`` runs at the start of every pass (a liveness heartbeat): a pass lasts at most
@@ -163,11 +163,9 @@ class Dispatcher(Cycle):
                 if wake is None:
                     stop.wait(poll.next())
                     continue
-                rested = self.clock()
-                if wake.wait(idle) and report.claimed:
-                    # Busy: notifications arriving within the floor of a drain that moved rows
-                    # fold into one claim, so a steady stream is claimed in batches.
-                    stop.wait(max(0.0, poll.floor - (self.clock() - rested)))
+                # Busy, writers do not notify (the listener's gate keeps their flag off): the
+                # adaptive poll carries latency, as where there is no NOTIFY at all.
+                wake.wait(poll.next())
         return total
 
 

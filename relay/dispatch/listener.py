@@ -13,6 +13,11 @@ connection is lost (a restart, ``pg_terminate_backend``) the listener logs it an
 with backoff, then calls ``on_notify`` once for whatever it missed meanwhile; the tick still
 runs, so a lost notification costs at most one tick.
 
+Writers notify only while the listener's :class:`relay.dispatch.gate.Gate` has turned the
+trigger's flag on (migration 0011): while rows keep coming the gate looks for them itself, at
+the poll floor, and calls ``on_notify`` when it finds some, so a busy relay costs writers no
+NOTIFY (which PostgreSQL commits one transaction at a time).
+
 Each session first checks that it can hear: it LISTENs, NOTIFYs :data:`CHANNEL` from a second
 connection with a payload of its own and waits up to :data:`PROBE_SECONDS` for it. Through a
 pooler in transaction mode (PgBouncer) the LISTEN lands on a server connection that goes back
@@ -41,6 +46,7 @@ import sqlalchemy as sa
 
 from relay import timing
 from relay.config import POLLED_TICK_SECONDS
+from relay.dispatch.gate import DEFAULT_FLOOR_SECONDS, DEFAULT_SETTLE_SECONDS, Gate
 from relay.exceptions import ConfigError, StoreError
 from relay.policy import Backoff
 from relay.store.dispatch import Store
@@ -103,9 +109,15 @@ class Listener:
         on_deaf: Callable[[], None] | None = None,
         probe_seconds: float = PROBE_SECONDS,
         variable: str = "RELAY_DATABASE_URL",
+        gate: Gate | None = None,
     ) -> None:
+        self._conninfo = conninfo(database_url, variable)
         self.on_notify = on_notify
         self.on_deaf = on_deaf
+        #: Decides when writers notify, and looks for rows while they do not.
+        self.gate = gate or Gate(
+            Store.from_url(database_url), DEFAULT_FLOOR_SECONDS, DEFAULT_SETTLE_SECONDS
+        )
         self.exclusive = exclusive
         self.heartbeat_seconds = heartbeat_seconds
         self.probe_seconds = probe_seconds
@@ -115,7 +127,6 @@ class Listener:
         self.deaf = threading.Event()
         #: Sessions that reached LISTEN so far (more than one: it reconnected).
         self.sessions = 0
-        self._conninfo = conninfo(database_url, variable)
         self._where = redact(database_url)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,6 +141,8 @@ class Listener:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.sessions:  # a stand-by that never listened leaves the flag to the leader
+            self.gate.close()
 
     def run(self) -> None:
         """Listen, reconnecting with backoff, until :meth:`stop`."""
@@ -147,6 +160,7 @@ class Listener:
                             return
                         conn.execute(f"LISTEN {CHANNEL}")
                     self.sessions += 1
+                    self.gate.reset()
                     self.listening.set()
                     if lost_at is None:
                         log.info("listening on %s for new outbox rows (%s)", CHANNEL, self._where)
@@ -228,11 +242,17 @@ class Listener:
         dead one raises here instead of waiting forever."""
         quiet_since = time.monotonic()
         while not self._stop.is_set():
-            for _ in conn.notifies(timeout=WAIT_SLICE_SECONDS):
+            notified = False
+            for _ in conn.notifies(timeout=self.gate.timeout(WAIT_SLICE_SECONDS)):
                 self.on_notify()
+                if not notified:  # after the wake-up: the relay need not wait for the flag
+                    self.gate.notified()
+                notified = True
                 quiet_since = time.monotonic()
                 if self._stop.is_set():
                     return
+            if not notified and self.gate.look():
+                self.on_notify()
             if time.monotonic() - quiet_since >= self.heartbeat_seconds:
                 conn.execute("SELECT 1")
                 quiet_since = time.monotonic()

@@ -130,12 +130,15 @@ def listener(
 
     if not (settings.notify and listening.supports(settings.database_url)):
         return None
+    from relay.dispatch.gate import Gate
+
     return listening.Listener(
         settings.listen_connection_url,
         on_notify,
         exclusive=exclusive,
         on_deaf=on_deaf,
         variable=settings.listen_variable,
+        gate=Gate.from_settings(settings),
     ).start()
 
 

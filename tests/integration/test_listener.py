@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from relay.dispatch.gate import Gate, Mode
 from relay.dispatch.listener import Listener, Poller
 from relay.exceptions import StoreError
 from relay.store.dispatch import Store
@@ -19,13 +20,19 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class Bell:
-    """Counts notifications; ``rung`` is set on each one."""
+    """Counts notifications; ``rung`` is set on each one. With ``drain``, each one also empties
+    the outbox, as a relay would: the listener's gate then finds the outbox quiet again and asks
+    writers to notify (migration 0011), instead of waking the relay for the rows left."""
 
-    def __init__(self) -> None:
+    def __init__(self, drain: sa.Engine | None = None) -> None:
         self.count = 0
         self.rung = threading.Event()
+        self.drain = drain
 
     def __call__(self) -> None:
+        if self.drain is not None:
+            with self.drain.begin() as conn:
+                conn.execute(sa.text("DELETE FROM outbox"))
         self.count += 1
         self.rung.set()
 
@@ -42,15 +49,19 @@ def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture
-def bell() -> Bell:
-    return Bell()
+def bell(pg_engine: sa.Engine) -> Bell:
+    return Bell(drain=pg_engine)
 
 
 @pytest.fixture
 def listening(pg_url: str, bell: Bell) -> Iterator[Listener]:
-    listener = Listener(_named(pg_url, "relay-test-listener"), bell, heartbeat_seconds=0.5)
+    # The gate looks on sessions of its own: only the LISTEN session carries the name.
+    gate = Gate(Store.from_url(pg_url), floor=0.025, settle_seconds=1.0)
+    named = _named(pg_url, "relay-test-listener")
+    listener = Listener(named, bell, heartbeat_seconds=0.5, gate=gate)
     listener.start()
     wait_until(listener.listening.is_set, 10, "the listener to LISTEN")
+    wait_until(lambda: listener.gate.mode is Mode.LISTENING, 10, "the idle listener's flag")
     yield listener
     listener.stop()
 
@@ -117,7 +128,7 @@ def test_listener_reconnects_after_pg_terminate_backend_and_logs_it(
 def test_exclusive_listeners_take_turns(pg_url: str, pg_engine: sa.Engine) -> None:
     """Of two exclusive listeners on one database only one LISTENs; stop it and the other takes
     over (one listener per deployment, even with two beats)."""
-    first_bell, second_bell = Bell(), Bell()
+    first_bell, second_bell = Bell(pg_engine), Bell(pg_engine)
     first = Listener(pg_url, first_bell, exclusive=True, heartbeat_seconds=0.2).start()
     wait_until(first.listening.is_set, 10, "the first listener")
     second = Listener(pg_url, second_bell, exclusive=True, heartbeat_seconds=0.2).start()

@@ -52,7 +52,7 @@ def test_store_claims_and_marks_through_the_pooler_without_prepared_statements(
             for n, store in enumerate(stores):
                 claimed = store.claim(f"w{n}", 5, 30)
                 assert len(claimed) == 5
-                assert store.mark_sent(f"w{n}", claimed) == 5
+                assert store.complete(f"w{n}", sent=claimed).sent == 5
         assert count_by_status(stores[0].engine) == {"sent": ROUNDS * 2 * 5}
     finally:
         for store in stores:

@@ -92,6 +92,7 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "after": 500,
         "delayed": True,
         "ordered": True,
+        "horizon": 1000,
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")

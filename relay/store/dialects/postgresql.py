@@ -29,6 +29,10 @@ from relay.store.dialects.common import PROCESSING, cached
 from relay.store.dialects.operations import Operations
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 
+#: The channel the outbox trigger notifies (``relay.dispatch.listener.CHANNEL``).
+WAKEUP_CHANNEL = "relay_outbox"
+#: The wake-up flag (migration 0011): a sequence, 0 off, 1 on.
+_WAKEUP: ColumnElement[Any] = literal_column("'relay_wakeup'::regclass")
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 
@@ -203,6 +207,26 @@ class PostgresDialect(Dialect):
         )
         return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
 
+    def wakeup_on(self) -> Select[Any]:
+        """``setval('relay_wakeup', 1)``: writers notify from now on (not transactional)."""
+        return select(func.setval(_WAKEUP, 1))
+
+    def wakeup_off(self) -> Select[Any]:
+        """``setval('relay_wakeup', 0)``: writers stop notifying (not transactional)."""
+        return select(func.setval(_WAKEUP, 0))
+
+    def wakeup_ring(self) -> Select[Any]:
+        """``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms)."""
+        return select(func.pg_notify(sa.literal(WAKEUP_CHANNEL), sa.literal("")))
+
+    def xact_horizon(self) -> Select[Any]:
+        """The next transaction id: every transaction older than it began before this statement."""
+        return select(_xid(func.pg_snapshot_xmax(func.pg_current_snapshot())))
+
+    def xacts_ended(self, horizon: int) -> Select[Any]:
+        """Whether every transaction older than ``horizon`` has ended (committed or not)."""
+        return select(_xid(func.pg_snapshot_xmin(func.pg_current_snapshot())) >= horizon)
+
 
 class PostgresOperations(Operations):
     """The operator's statements on PostgreSQL: its advisory lock, the doctor's settings."""
@@ -219,3 +243,8 @@ class PostgresOperations(Operations):
         """``pg_try_advisory_xact_lock``: released at commit, so it also works behind a
         transaction-pooling proxy."""
         return bool(conn.execute(self.advisory_lock(), {"key": key}).scalar())
+
+
+def _xid(value: ColumnElement[Any]) -> ColumnElement[int]:
+    """An ``xid8`` as a number (through text: PostgreSQL has no cast from xid8 to bigint)."""
+    return sa.cast(sa.cast(value, sa.Text), sa.BigInteger)

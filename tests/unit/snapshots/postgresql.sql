@@ -257,3 +257,18 @@ SELECT outbox.event_type, count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('pending', 'failed') AND outbox.last_error LIKE %(last_error_1)s::VARCHAR GROUP BY outbox.event_type
  LIMIT %(param_1)s::INTEGER;
+
+-- wakeup_off: ``setval('relay_wakeup', 0)``: writers stop notifying (not transactional).
+SELECT setval('relay_wakeup'::regclass, %(setval_2)s::INTEGER) AS setval_1;
+
+-- wakeup_on: ``setval('relay_wakeup', 1)``: writers notify from now on (not transactional).
+SELECT setval('relay_wakeup'::regclass, %(setval_2)s::INTEGER) AS setval_1;
+
+-- wakeup_ring: ``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms).
+SELECT pg_notify(%(param_1)s::VARCHAR, %(param_2)s::VARCHAR) AS pg_notify_1;
+
+-- xact_horizon: The next transaction id: every transaction older than it began before this statement.
+SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS TEXT) AS BIGINT) AS pg_snapshot_xmax_1;
+
+-- xacts_ended: Whether every transaction older than ``horizon`` has ended (committed or not).
+SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) >= %(param_1)s::BIGINT AS anon_1;

@@ -1,0 +1,291 @@
+"""What the outbox costs the application's writers (issue 27), one run, sides interleaved.
+
+- **Single-row transactions**: K writers (threads spread over up to :data:`PROCESSES`
+  processes) each commit one plain-SQL ``INSERT (event_type, payload)`` per transaction for a
+  fixed time, into tables of the same database that differ only in what a writer pays for:
+  ``plain`` (the outbox's columns and primary key, nothing else), ``indexed`` (a copy of
+  ``outbox`` with every index and no trigger), ``outbox`` (the relay's schema as shipped,
+  its trigger reading the wake-up flag) and, on PostgreSQL, ``notify`` (the copy with
+  migration 0004's trigger, which NOTIFYs on every commit). A ``relay dispatch --loop`` runs
+  on the database throughout: in ``idle`` the outbox is empty when a run starts (the relay
+  listens with the flag on, then drains what the ``outbox`` writers commit), in ``draining``
+  every run starts on a backlog the relay is draining.
+- **Business transactions**: one ``INSERT`` into an orders table per transaction through
+  SQLAlchemy, alone or with a ``relay.enqueue`` of one event (unkeyed, or keyed by one of 1,000
+  customers) in the same transaction, relay idle.
+
+Sides take turns within each repetition and each figure is the median of the repetitions, so a
+load change on the shared machine hits every side alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench import procs, services
+from bench.timing import ratio, relay_env
+from relay.store.engine import create_engine
+from relay.store.schema import outbox
+
+#: Writer processes at most; a run's threads are spread over them (the GIL would cap one).
+PROCESSES = 4
+#: The relay's states: no relay process; one listening on an empty outbox; one draining a backlog.
+#: MariaDB has no trigger: whether the relay is idle changes nothing a writer pays there.
+MODES = {"postgresql": ("none", "idle", "draining"), "mariadb": ("none", "draining")}
+#: Rows of the backlog every ``draining`` run starts on.
+BACKLOG = 30_000
+PAYLOAD = json.dumps({"order_id": 12345, "total": "99.90", "lines": [{"sku": "A-1", "qty": 2}]})
+#: Migration 0004's trigger, on its own channel so that it wakes nobody.
+NOTIFY_ALWAYS = (
+    "CREATE FUNCTION bench_notify() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "PERFORM pg_notify('bench_writers', ''); RETURN NULL; END $$",
+    "CREATE TRIGGER bench_notify AFTER INSERT ON bench_notify "
+    "FOR EACH STATEMENT EXECUTE FUNCTION bench_notify()",
+)
+
+
+def _sides(kind: str) -> list[str]:
+    return (
+        ["plain", "indexed", "outbox", "notify"]
+        if kind == "postgresql"
+        else ["plain", "indexed", "outbox"]
+    )
+
+
+def _tables(url: str, kind: str) -> None:
+    """The comparison tables beside the relay's ``outbox``."""
+    engine = create_engine(url)
+    plain = sa.Table("bench_plain", sa.MetaData(), *(c._copy() for c in outbox.columns))
+    with engine.begin() as conn:
+        plain.create(conn)
+        conn.execute(sa.text("CREATE TABLE bench_orders (id BIGINT, customer VARCHAR(64))"))
+        if kind == "postgresql":
+            for name in ("bench_indexed", "bench_notify"):
+                conn.execute(sa.text(f"CREATE TABLE {name} (LIKE outbox INCLUDING ALL)"))
+            for ddl in NOTIFY_ALWAYS:
+                conn.execute(sa.text(ddl))
+        else:
+            conn.execute(sa.text("CREATE TABLE bench_indexed LIKE outbox"))
+    engine.dispose()
+
+
+def _table(side: str) -> str:
+    return "outbox" if side == "outbox" else f"bench_{side}"
+
+
+def _connect(url: str) -> Any:
+    u = sa.make_url(url)
+    if u.get_backend_name() == "postgresql":
+        import psycopg
+
+        return psycopg.connect(
+            u.set(drivername="postgresql").render_as_string(False), autocommit=True
+        )
+    import pymysql  # type: ignore[import-untyped]  # no stubs installed; only connect() is used
+
+    return pymysql.connect(
+        host=u.host,
+        port=u.port or 3306,
+        user=u.username,
+        password=u.password or "",
+        database=u.database,
+        autocommit=True,
+    )
+
+
+def _write(url: str, table: str, threads: int, start_at: float, seconds: float) -> int:
+    """In a writer process: ``threads`` connections commit single-row INSERTs from ``start_at``
+    for ``seconds``; returns the commits."""
+    sql = f"INSERT INTO {table} (event_type, payload) VALUES (%s, %s)"
+    counts = [0] * threads
+
+    def one(i: int) -> None:
+        conn = _connect(url)
+        cur = conn.cursor()
+        if time.time() > start_at:  # connected after the clock started: the run is void
+            counts[i] = -1
+            return
+        time.sleep(start_at - time.time())
+        end = start_at + seconds
+        n = 0
+        while time.time() < end:
+            cur.execute(sql, ("order.placed", PAYLOAD))
+            n += 1
+        counts[i] = n
+        conn.close()
+
+    workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return sum(counts)
+
+
+def _business(url: str, mode: str, threads: int, start_at: float, seconds: float) -> int:
+    """In a writer process: business transactions (an order row, with ``mode``'s event)."""
+    from relay import enqueue
+
+    engine = create_engine(url, pool_size=threads, max_overflow=0)
+    orders = sa.text("INSERT INTO bench_orders (id, customer) VALUES (:id, :customer)")
+    counts = [0] * threads
+
+    def one(i: int) -> None:
+        rng = random.Random(i)
+        time.sleep(max(0.0, start_at - time.time()))
+        end, n = start_at + seconds, 0
+        while time.time() < end:
+            customer = f"customer-{rng.randrange(1000)}"
+            with engine.begin() as conn:
+                conn.execute(orders, {"id": n, "customer": customer})
+                if mode != "alone":
+                    key = customer if mode == "keyed" else None
+                    enqueue(conn, "order.placed", {"order": n}, ordering_key=key)
+            n += 1
+        counts[i] = n
+
+    workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    engine.dispose()
+    return sum(counts)
+
+
+def _rate(pool: ProcessPoolExecutor, fn: Any, url: str, what: str, k: int, seconds: float) -> float:
+    """Commits/s of ``k`` writers running ``fn`` over up to :data:`PROCESSES` processes."""
+    split = [k // PROCESSES + (i < k % PROCESSES) for i in range(min(k, PROCESSES))]
+    start_at = time.time() + 2.0 + k * 0.03  # every connection open before the clock
+    futures = [pool.submit(fn, url, what, n, start_at, seconds) for n in split]
+    counts = [f.result() for f in futures]
+    if any(c < 0 for c in counts):
+        raise RuntimeError("a writer started late: raise the margin before the clock")
+    return float(sum(counts)) / seconds
+
+
+def _backlog(url: str, kind: str, rows: int) -> None:
+    """Fill ``outbox`` with ``rows`` pending rows in one statement."""
+    series = f"generate_series(1, {rows})" if kind == "postgresql" else f"seq_1_to_{rows}"
+    sql = f"INSERT INTO outbox (event_type, payload) SELECT 'bench.backlog', '{PAYLOAD}' FROM "
+    sql += f"{series} AS s" if kind == "postgresql" else series
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(sql))
+    engine.dispose()
+
+
+def _clear(url: str, kind: str) -> None:
+    """Empty every table, so each run starts on the same empty indexes."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for side in _sides(kind):
+            conn.execute(sa.text(f"TRUNCATE TABLE {_table(side)}"))
+    engine.dispose()
+
+
+@contextlib.contextmanager
+def _relay(url: str) -> Iterator[services.Route]:
+    """One ``relay dispatch --loop`` at the defaults on ``url``, into a bench exchange."""
+    with services.route(services.AMQP_URL, "writers") as route:
+        env = relay_env(url, route, None)
+        del env["RELAY_TICK_SECONDS"]  # the defaults: the listener and its gate as shipped
+        with procs.workers(procs.relay_command(), env, 1, ready=procs.RELAY_READY):
+            yield route
+
+
+def _median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def single_rows(
+    kind: str, writers: Sequence[int], seconds: float, reps: int, modes: Sequence[str]
+) -> dict[str, Any]:
+    """Commits/s per side, K and relay mode on ``kind``; ratios over ``plain``."""
+    out: dict[str, Any] = {}
+    with services.database("writers", kind) as url, _pool() as pool:
+        _tables(url, kind)
+        for mode in modes:
+            with _relay(url) if mode != "none" else contextlib.nullcontext() as route:
+                for k in writers:
+                    runs: dict[str, list[float]] = {s: [] for s in _sides(kind)}
+                    for _ in range(reps):
+                        for side in _sides(kind):
+                            _clear(url, kind)
+                            if route is not None:
+                                route.purge()
+                            if mode == "draining":
+                                _backlog(url, kind, BACKLOG)
+                            time.sleep(0.3)  # the relay sees the state before the writers
+                            runs[side].append(_rate(pool, _write, url, _table(side), k, seconds))
+                    row: dict[str, Any] = {s: round(_median(v)) for s, v in runs.items()}
+                    row["runs"] = {s: [round(x) for x in v] for s, v in runs.items()}
+                    row["ratio"] = ratio(row["outbox"], row["plain"])
+                    row["trigger_ratio"] = ratio(row["outbox"], row["indexed"])
+                    out[f"{mode}/{k}"] = {"mode": mode, "writers": k, **row}
+                    print(f"  writers {kind} {mode} K={k}: {row}", flush=True)
+    return out
+
+
+def _ready() -> None:
+    """In a writer process: this module and the drivers imported, before any clock."""
+    import importlib
+
+    for driver in ("psycopg", "pymysql"):  # a first connect must not import them on the clock
+        importlib.import_module(driver)
+
+    time.sleep(0.5)  # every process takes one
+
+
+@contextlib.contextmanager
+def _pool() -> Iterator[ProcessPoolExecutor]:
+    """The writer processes, started (and their imports done) before any clock."""
+    with ProcessPoolExecutor(PROCESSES, multiprocessing.get_context("spawn")) as pool:
+        for f in [pool.submit(_ready) for _ in range(PROCESSES)]:
+            f.result()
+        yield pool
+
+
+def business(kind: str, writers: Sequence[int], seconds: float, reps: int) -> dict[str, Any]:
+    """Business transactions/s alone and with an unkeyed or keyed ``relay.enqueue``."""
+    out: dict[str, Any] = {}
+    modes = ["alone", "unkeyed", "keyed"]
+    with services.database("business", kind) as url, _pool() as pool:
+        _tables(url, kind)
+        with _relay(url):
+            for k in writers:
+                runs: dict[str, list[float]] = {m: [] for m in modes}
+                for _ in range(reps):
+                    for m in modes:
+                        time.sleep(0.3)
+                        runs[m].append(_rate(pool, _business, url, m, k, seconds))
+                row: dict[str, Any] = {m: round(_median(v)) for m, v in runs.items()}
+                row["unkeyed_ratio"] = ratio(row["unkeyed"], row["alone"])
+                row["keyed_ratio"] = ratio(row["keyed"], row["alone"])
+                out[str(k)] = {"writers": k, **row}
+                print(f"  business {kind} K={k}: {row}", flush=True)
+    return out
+
+
+def run(
+    writers: Sequence[int], business_writers: Sequence[int], seconds: float, reps: int
+) -> dict[str, Any]:
+    """The section: single-row writers and business transactions on PostgreSQL and MariaDB."""
+    result: dict[str, Any] = {"seconds": seconds, "reps": reps, "backlog": BACKLOG}
+    for kind in ("postgresql", "mariadb"):
+        result[kind] = {
+            "single": single_rows(kind, writers, seconds, reps, MODES[kind]),
+            "business": business(kind, business_writers, seconds, reps),
+        }
+    result["loadavg"] = services.loadavg()
+    return result
