@@ -221,7 +221,7 @@ class Arrivals:
         )
 
         def on_message(body: Any, message: Any) -> None:
-            self.at.setdefault(int(message.properties["message_id"]), time.monotonic())
+            self.at.setdefault(int(message.headers["outbox_id"]), time.monotonic())
 
         with (
             kombu.Connection(self.url) as conn,

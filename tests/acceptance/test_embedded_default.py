@@ -42,7 +42,7 @@ class _Consumer:
 
     def poll(self) -> int:
         while (msg := self.queue.get(no_ack=True)) is not None:
-            self.ids.append(msg.properties["message_id"])
+            self.ids.append(str(msg.headers["outbox_id"]))
         return len(self.ids)
 
 
