@@ -278,7 +278,13 @@ def audit_delivery(
     duplicates within ``duplicate_bound``."""
     committed_ids, failed_ids = set(committed), set(failed)
     wanted = committed_ids - failed_ids
+    deadline = time.monotonic() + timeout
     received = collector.drain(len(wanted), timeout=timeout, settle=0.5)
+    # Duplicates count towards the drain's total: keep draining until every wanted id is in
+    # (or the time is up), so a duplicate never hides an event still on its way.
+    while (late := wanted - {m.outbox_id for m in received}) and time.monotonic() < deadline:
+        left = max(0.1, deadline - time.monotonic())
+        received = collector.drain(len(received) + len(late), timeout=left, settle=0.5)
     got = collections.Counter(m.outbox_id for m in received)
     status = statuses(engine)
     sent = ids_with_status(engine, "sent")
