@@ -161,7 +161,7 @@ class PublishTracer(Observer):
                     "messaging.operation.name": "publish",
                     "messaging.destination.name": exchange,
                     "messaging.rabbitmq.destination.routing_key": routing_key,
-                    "messaging.message.id": str(event.id),
+                    "messaging.message.id": event.event_id or str(event.id),
                 },
             )
             spans[event.id] = span

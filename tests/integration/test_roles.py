@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.store import migrate
-from relay.store.dispatch import Store
 from relay.store.engine import create_engine
+from relay.store.operations import OperationsStore
 from tests.support import services
 from tests.support.broker import Collector
 
@@ -149,7 +149,7 @@ def test_three_roles_work_with_exactly_the_documented_grants(
         out = _relay(url, "dispatch", "--once", **env)
         assert out.returncode == 0, out.stderr
         assert len(collector.drain(4, timeout=20)) == 4
-        Store(relay_engine).beat("relay.tick")
+        OperationsStore(relay_engine).beat("relay.tick")
         for args in (
             ("status", "--json"),
             ("pending", "list"),

@@ -135,7 +135,12 @@ def test_one_trace_from_enqueue_to_the_consumer(
     attributes: dict[str, Any] = dict(publish.attributes or {})
     assert attributes["messaging.system"] == "rabbitmq"
     assert attributes["messaging.destination.name"] == exchange_name
-    assert attributes["messaging.message.id"] == str(traced_id)
+    # The message id is the row's event id (migration 0010), not its outbox id.
+    with pg_engine.connect() as conn:
+        traced_event_id = conn.execute(
+            sa.text("SELECT event_id FROM outbox WHERE id = :id"), {"id": traced_id}
+        ).scalar_one()
+    assert attributes["messaging.message.id"] == traced_event_id
     assert batch.kind is SpanKind.PRODUCER
     assert dict(batch.attributes or {})["messaging.batch.message_count"] == 2
     assert [link.context.span_id for link in batch.links] == [publish.context.span_id]
@@ -143,7 +148,7 @@ def test_one_trace_from_enqueue_to_the_consumer(
     assert process.parent is not None
     assert process.parent.span_id == publish.context.span_id
     assert [link.context.span_id for link in process.links] == [publish.context.span_id]
-    assert dict(process.attributes or {})["messaging.message.id"] == str(traced_id)
+    assert dict(process.attributes or {})["messaging.message.id"] == traced_event_id
     assert seen["shop.order.paid"].span_id == process.context.span_id
     assert not seen["shop.audit"].is_valid, "an untraced event is handled without a span"
     assert len(publishes) == 2
