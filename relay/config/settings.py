@@ -29,6 +29,13 @@ CONFIRM_SHARE_OF_LEASE = 1 / 3
 #: claim (issue 16: p99 under 300 ms on MariaDB at 200 ev/s), for about one claim per process
 #: every 0.4 s when idle.
 POLLED_TICK_SECONDS = 0.4
+#: The longest wait between two looks of a process that polls for rows itself (``relay dispatch
+#: --loop`` where nothing notifies, a listener that hears nothing behind a pooler, beat's
+#: poller): one cheap statement, where the tick is a Celery message, so it looks more often. A
+#: single commit after a quiet spell waits at most this long (plus one claim and publish) for
+#: its first claim: under the 300 ms p99 of issues 16 and 28 by construction, for about five
+#: bounded statements a second per idle process.
+POLLED_IDLE_SECONDS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +300,18 @@ class Settings:
                 self.console_redact,
                 "has an empty field name (expected names separated by commas)",
             )
+
+    @property
+    def idle_poll_seconds(self) -> float:
+        """The longest wait of a relay process that polls for rows itself: the tick where
+        nothing notifies and ``RELAY_TICK_SECONDS`` was set; otherwise at most
+        :data:`POLLED_IDLE_SECONDS` (also for a listener that finds it hears nothing, whatever
+        tick its notifications would have allowed), never below the poll floor."""
+        derived = max(POLLED_TICK_SECONDS, self.poll_floor_seconds)
+        chosen = "tick_seconds" in self.explicit or self.tick_seconds != derived
+        if chosen and not self.notified:
+            return self.tick_seconds
+        return max(self.poll_floor_seconds, min(self.tick_seconds, POLLED_IDLE_SECONDS))
 
     @property
     def notified(self) -> bool:

@@ -8,6 +8,7 @@ across broker I/O, and at most two batches are leased at once.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -131,12 +132,23 @@ class Dispatcher(Cycle):
         it along with ``stop`` to stop at once) the loop rests until woken or its adaptive poll
         is due, whichever comes first, then drains at once.
         Without, it polls adaptively: ``RELAY_POLL_FLOOR_SECONDS`` after a drain that moved
-        rows, doubling after each empty one up to ``idle_seconds`` (default: the tick).
+        rows (held there for about one idle wait), then doubling after each empty one up to
+        ``idle_seconds`` (default: ``Settings.idle_poll_seconds``; with ``wake``, the tick).
         ``on_pass`` runs at the start of every pass (a liveness heartbeat): a pass lasts at most
         one drain budget plus one rest.
         """
-        idle = self.settings.tick_seconds if idle_seconds is None else idle_seconds
-        poll = timing.IdlePoll(min(self.settings.poll_floor_seconds, idle), idle)
+        if idle_seconds is not None:
+            idle = idle_seconds
+        else:
+            idle = (
+                self.settings.tick_seconds if wake is not None else self.settings.idle_poll_seconds
+            )
+        floor = min(self.settings.poll_floor_seconds, idle)
+        # Polling, an empty claim may only mean that another relay took the rows: stay at the
+        # floor for about one idle wait after activity, so a trickle shared by several relays
+        # is claimed at the floor, not at a wait each one doubled on the other's behalf.
+        hold = 0 if wake is not None else math.ceil(idle / floor)
+        poll = timing.IdlePoll(floor, idle, hold=hold)
         total = Report()
         db_backoff = Backoff(timing.DATABASE_RETRY_FIRST_SECONDS, timing.DATABASE_RETRY_MAX_SECONDS)
         while not stop.is_set():

@@ -45,7 +45,6 @@ import psycopg
 import sqlalchemy as sa
 
 from relay import timing
-from relay.config import POLLED_TICK_SECONDS
 from relay.dispatch.gate import DEFAULT_FLOOR_SECONDS, DEFAULT_SETTLE_SECONDS, Gate
 from relay.exceptions import ConfigError, StoreError
 from relay.policy import Backoff
@@ -313,14 +312,13 @@ class Poller:
 
 
 def poll_instead(
-    database_url: str, on_found: Callable[[], None], floor: float, tick: float
+    database_url: str, on_found: Callable[[], None], floor: float, ceiling: float
 ) -> Callable[[], None]:
     """An ``on_deaf`` for :class:`Listener`: start a :class:`Poller` looking every ``floor``
-    seconds up to the polled tick (``config.POLLED_TICK_SECONDS``, or ``tick`` if shorter),
-    the latency polling keeps where nothing notifies."""
+    seconds up to ``ceiling`` (``Settings.idle_poll_seconds``), the latency polling keeps where
+    nothing notifies."""
 
     def start() -> None:
-        ceiling = max(floor, min(tick, POLLED_TICK_SECONDS))
         Poller(Store.from_url(database_url), on_found, floor, ceiling).start()
         log.warning("relay poller started instead: every %gs to %gs", floor, ceiling)
 

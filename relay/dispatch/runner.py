@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from relay.config import POLLED_TICK_SECONDS, Settings
+from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.observe.observers import Observer, Observers
 from relay.store.dispatch import DispatchStore
@@ -101,14 +101,13 @@ def _loop(
         log.info(
             "no LISTEN/NOTIFY here: polling every %gs to %gs",
             settings.poll_floor_seconds,
-            settings.tick_seconds,
+            settings.idle_poll_seconds,
         )
     beat = heartbeat(heartbeat_file)
     try:
         report = relay.loop(until, wake=wake if watcher else None, on_pass=beat)
         if not stop.is_set():
-            idle = min(settings.tick_seconds, POLLED_TICK_SECONDS)
-            report.add(relay.loop(stop, idle_seconds=idle, on_pass=beat))
+            report.add(relay.loop(stop, on_pass=beat))
         return report
     finally:
         if watcher is not None:
@@ -148,16 +147,18 @@ def watcher(settings: Settings, on_found: Callable[[], None]) -> Listener | Poll
     s = settings
     from relay.dispatch.listener import poll_instead
 
-    deaf = poll_instead(s.database_url, on_found, s.poll_floor_seconds, s.tick_seconds)
+    deaf = poll_instead(s.database_url, on_found, s.poll_floor_seconds, s.idle_poll_seconds)
     found = listener(s, on_found, exclusive=True, on_deaf=deaf)
     if found is not None:
         return found
     from relay.dispatch.listener import Poller
 
     poller = Poller(
-        DispatchStore.from_url(s.database_url), on_found, s.poll_floor_seconds, s.tick_seconds
+        DispatchStore.from_url(s.database_url), on_found, s.poll_floor_seconds, s.idle_poll_seconds
     ).start()
-    log_celery.info("relay poller started: every %gs to %gs", s.poll_floor_seconds, s.tick_seconds)
+    log_celery.info(
+        "relay poller started: every %gs to %gs", s.poll_floor_seconds, s.idle_poll_seconds
+    )
     return poller
 
 

@@ -183,6 +183,31 @@ def test_defaults_follow_what_was_set(env: dict[str, str], expected: dict[str, o
 
 
 @pytest.mark.parametrize(
+    ("env", "idle"),
+    [
+        # Where nothing notifies, a relay polling by itself looks at least every 0.2 s idle.
+        ({}, 0.2),
+        ({"RELAY_DATABASE_URL": "mariadb://db/app"}, 0.2),
+        ({"RELAY_DATABASE_URL": "postgresql://db/app", "RELAY_NOTIFY": "0"}, 0.2),
+        # A tick the user set is theirs, where nothing notifies.
+        ({"RELAY_DATABASE_URL": "mysql://db/app", "RELAY_TICK_SECONDS": "2"}, 2.0),
+        ({"RELAY_TICK_SECONDS": "0.1"}, 0.1),
+        # With notifications, polling happens only when the listener is deaf: quick, whatever
+        # tick the notifications allowed.
+        ({"RELAY_DATABASE_URL": "postgresql://db/app"}, 0.2),
+        ({"RELAY_DATABASE_URL": "postgresql://db/app", "RELAY_TICK_SECONDS": "5"}, 0.2),
+        # Never below the poll floor.
+        ({"RELAY_POLL_FLOOR_SECONDS": "0.5"}, 0.5),
+    ],
+)
+def test_idle_poll_is_quick_unless_a_tick_was_chosen(env: dict[str, str], idle: float) -> None:
+    """``idle_poll_seconds``, the longest wait of a relay polling for rows itself, keeps a
+    single commit's latency under 300 ms by default and follows a tick set where nothing
+    notifies."""
+    assert Settings.from_env(env).idle_poll_seconds == pytest.approx(idle)
+
+
+@pytest.mark.parametrize(
     ("env", "named"),
     [
         (
