@@ -7,9 +7,10 @@ event to a Kombu exchange at least once, with the row's event id (unique across 
 The package, in rooms by role (imports run down this list; ``tests/unit/test_layers.py``
 holds it, with no circle):
 
-- ``exceptions``, ``records``, ``timing``, ``policy``, ``ordering``, ``config``: the error tree,
-  value objects, lease-derived times, pure decisions (backoff, breaker, batch sizing), per-key
-  ordering, settings. No I/O, no third-party import.
+- ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``: the error tree, value
+  objects, pure decisions (backoff, breaker, batch sizing, the adaptive poll), per-key ordering,
+  settings (with the lease-derived times in ``config.timing`` and URL redaction in
+  ``config.urls``). No I/O, no third-party import.
 - ``store/``: engines, schema, migrations and the two stores (``dispatch``: the relay's verbs;
   ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is built.
 - ``publishers/``: the message on the wire and one publisher per kind of broker.
@@ -104,7 +105,9 @@ MOVED = {
     "relay.schema": "relay.store.schema",
     "relay.timestamps": "relay.store.timestamps",
     "relay.tracing": "relay.observe.tracing",
+    "relay.timing": "relay.config.timing",
     "relay.transports": "relay.publishers.transports",
+    "relay.urls": "relay.config.urls",
     "relay.watch": "relay.commands.status",
 }
 

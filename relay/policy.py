@@ -140,3 +140,29 @@ def task_expired(expires: str | None, now: datetime) -> bool:
     if deadline.tzinfo is None:
         deadline = deadline.replace(tzinfo=UTC)
     return now >= deadline
+
+
+class IdlePoll:
+    """The adaptive poll's waits: ``floor`` after activity, doubling to ``ceiling`` while the
+    outbox stays empty. Idle, a process claims ``1 / ceiling`` times a second; after a burst,
+    about ``log2(ceiling / floor)`` more claims until it is back at the ceiling.
+
+    ``hold`` keeps the floor for that many more looks after activity before doubling: a watcher
+    whose empty looks may only mean that someone else drained the rows (beat's poller, while
+    workers drain) stays quick while rows keep coming, at ``hold`` extra looks per burst."""
+
+    def __init__(self, floor: float, ceiling: float, hold: int = 0) -> None:
+        self.floor, self.ceiling, self.hold = floor, ceiling, hold
+        self._next = ceiling
+        self._held = hold
+
+    def reset(self) -> None:
+        self._next, self._held = self.floor, 0
+
+    def next(self) -> float:
+        wait = self._next
+        if self._held < self.hold:
+            self._held += 1
+        else:
+            self._next = min(self.ceiling, wait * 2)
+        return wait

@@ -20,12 +20,11 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
-from relay import timing
 from relay.celery.acks import PromptAcks
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
-from relay.config import Settings
+from relay.config import Settings, timing
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
 from relay.publishers import transports

@@ -22,9 +22,9 @@ from relay.commands import (
 )
 from relay.commands.base import Command
 from relay.config import Settings
+from relay.config.urls import redact
 from relay.exceptions import ConfigError, RelayError, SelectorError
 from relay.store.filters import parse_duration
-from relay.urls import redact
 
 #: Every ``relay`` command, in the order ``relay --help`` lists them.
 COMMANDS: tuple[Command, ...] = (

@@ -33,10 +33,10 @@ import relay
 from relay.celery import TICK, create_app
 from relay.commands.demo_report import Ledger, Outcome, Progress, judge, summarize
 from relay.config import Settings
+from relay.config.urls import redact
 from relay.exceptions import ConfigError
 from relay.store import migrate
 from relay.store.operations import OperationsStore
-from relay.urls import redact
 
 #: In-process Kombu transport; the explicit host spares a warning per connection.
 EVENTS_URL = "memory://localhost/"

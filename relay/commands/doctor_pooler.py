@@ -13,9 +13,9 @@ import psycopg
 
 from relay.commands.checks import FAIL, PASS, WARN, Check
 from relay.config import Settings
+from relay.config.urls import redact
 from relay.dispatch import listener
 from relay.exceptions import ConfigError
-from relay.urls import redact
 
 #: How long the listener check waits for its own notification.
 LISTEN_PROBE_SECONDS = 2.0

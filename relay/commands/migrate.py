@@ -6,7 +6,7 @@ import argparse
 
 from relay.commands.base import Command
 from relay.config import DATABASE_ONLY, Settings
-from relay.urls import redact
+from relay.config.urls import redact
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -8,8 +8,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from relay.config.urls import redact
 from relay.exceptions import ConfigError
-from relay.urls import redact
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 

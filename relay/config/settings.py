@@ -7,9 +7,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from relay import timing
+from relay.config import timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
-from relay.urls import redact
+from relay.config.urls import redact
 
 #: The embedded default, for trying the relay on one host: a SQLite file in the working
 #: directory (WAL, writers queue for the lock), shared by every process started there.

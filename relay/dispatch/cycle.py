@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from relay import ordering, timing
-from relay.config import Settings
+from relay import ordering
+from relay.config import Settings, timing
 from relay.dispatch.lease import LeaseKeeper
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.observe.observers import Observer, Recorded

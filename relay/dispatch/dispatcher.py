@@ -13,12 +13,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from relay import publishers, timing
-from relay.config import Settings
+from relay import publishers
+from relay.config import Settings, timing
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
 from relay.exceptions import StoreError
 from relay.ordering import BEHIND_A_FAILURE, hold_back_after_failures
-from relay.policy import Backoff, BatchSizer
+from relay.policy import Backoff, BatchSizer, IdlePoll
 from relay.publishers import Publisher
 from relay.store.dispatch import DispatchStore
 from relay.store.protocol import Store
@@ -148,7 +148,7 @@ class Dispatcher(Cycle):
         # floor for about one idle wait after activity, so a trickle shared by several relays
         # is claimed at the floor, not at a wait each one doubled on the other's behalf.
         hold = 0 if wake is not None else math.ceil(idle / floor)
-        poll = timing.IdlePoll(floor, idle, hold=hold)
+        poll = IdlePoll(floor, idle, hold=hold)
         total = Report()
         db_backoff = Backoff(timing.DATABASE_RETRY_FIRST_SECONDS, timing.DATABASE_RETRY_MAX_SECONDS)
         while not stop.is_set():

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from relay import timing
+from relay.config import timing
 from relay.exceptions import StoreError
 from relay.records import ClaimedEvent
 from relay.store.protocol import Store

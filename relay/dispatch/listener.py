@@ -44,13 +44,13 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from relay import timing
+from relay.config import timing
+from relay.config.urls import redact
 from relay.dispatch.gate import DEFAULT_FLOOR_SECONDS, DEFAULT_SETTLE_SECONDS, Gate
 from relay.exceptions import ConfigError, StoreError
-from relay.policy import Backoff
+from relay.policy import Backoff, IdlePoll
 from relay.store.dispatch import Store
 from relay.store.engine import normalize_url
-from relay.urls import redact
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class Poller:
         self.store, self.on_found = store, on_found
         # The floor for about one ceiling after rows were seen: workers draining them make
         # the looks meanwhile come back empty, which says nothing about new rows.
-        self.poll = timing.IdlePoll(floor, ceiling, hold=math.ceil(ceiling / floor))
+        self.poll = IdlePoll(floor, ceiling, hold=math.ceil(ceiling / floor))
         #: Looks so far, and how many found rows.
         self.looks = self.found = 0
         #: The non-retryable error that stopped the poller, if one did.

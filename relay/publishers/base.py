@@ -16,10 +16,10 @@ from typing import Any
 import kombu
 import kombu.exceptions
 
+from relay.config.urls import redact
 from relay.exceptions import BrokerUnavailable, ConfigError, PublishError
 from relay.publishers import message, transports
 from relay.records import ClaimedEvent, PublishResult
-from relay.urls import redact
 
 log = logging.getLogger(__name__)
 

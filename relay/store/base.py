@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
+from relay.config.urls import redact
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.store import dialects
 from relay.store.engine import create_engine
-from relay.urls import redact
 
 
 class BaseStore:

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
+from relay.config.urls import redact
 from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
-from relay.urls import redact
 
 _DEFAULT_DRIVERS = {
     "postgresql": "postgresql+psycopg",

@@ -154,8 +154,6 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None
 FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "relay.exceptions",
-        "relay.urls",
-        "relay.timing",
         "relay.records",
         "relay.policy",
         "relay.ordering",

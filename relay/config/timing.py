@@ -1,5 +1,5 @@
-"""The timing fractions and bounds the relay runs by, named in one place, and the adaptive
-poll's waits; pure.
+"""The timing fractions and bounds the relay runs by, named in one place; constants only (the
+adaptive poll that uses some of them is :class:`relay.policy.IdlePoll`).
 
 Most are shares of the lease (``RELAY_LEASE_SECONDS``): whatever a worker does with a batch
 must end well inside the lease it holds on it, so these scale with it.
@@ -30,29 +30,3 @@ DATABASE_RETRY_FIRST_SECONDS, DATABASE_RETRY_MAX_SECONDS = 0.1, 5.0
 LISTEN_HEARTBEAT_SECONDS = 5.0
 #: First and longest wait before the listener reconnects (doubling in between).
 LISTEN_RETRY_FIRST_SECONDS, LISTEN_RETRY_MAX_SECONDS = 0.1, 5.0
-
-
-class IdlePoll:
-    """The adaptive poll's waits: ``floor`` after activity, doubling to ``ceiling`` while the
-    outbox stays empty. Idle, a process claims ``1 / ceiling`` times a second; after a burst,
-    about ``log2(ceiling / floor)`` more claims until it is back at the ceiling.
-
-    ``hold`` keeps the floor for that many more looks after activity before doubling: a watcher
-    whose empty looks may only mean that someone else drained the rows (beat's poller, while
-    workers drain) stays quick while rows keep coming, at ``hold`` extra looks per burst."""
-
-    def __init__(self, floor: float, ceiling: float, hold: int = 0) -> None:
-        self.floor, self.ceiling, self.hold = floor, ceiling, hold
-        self._next = ceiling
-        self._held = hold
-
-    def reset(self) -> None:
-        self._next, self._held = self.floor, 0
-
-    def next(self) -> float:
-        wait = self._next
-        if self._held < self.hold:
-            self._held += 1
-        else:
-            self._next = min(self.ceiling, wait * 2)
-        return wait
