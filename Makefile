@@ -25,11 +25,14 @@ $(DEMO_VENV)/bin/relay: pyproject.toml
 demo: $(DEMO_VENV)/bin/relay
 	$(DEMO_VENV)/bin/relay demo
 
+# Two at a time (pytest-xdist), then the timing-sensitive tests (marker `serial`: latency bounds,
+# pauses) alone, since a second test on the same two cores would distort what they measure.
 test: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 -m "not serial"
+	$(BIN)/pytest -m serial
 
 test-quick: setup
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -n 2 -m "not slow and not serial"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -40,6 +40,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"ERROR (machine not left as found): {problem}", red=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _leaves_no_database() -> Iterator[None]:
+    """Set up first, torn down last: a database this process created and left fails the run
+    as a teardown error, also on a pytest-xdist worker, whose session status is not the
+    run's (the shared server's restart is checked by the controlling process's hooks)."""
+    yield
+    left = databases.sweep()
+    if left:
+        pytest.fail(f"databases left behind (dropped now): {', '.join(left)}")
+
+
 @pytest.fixture(scope="session")
 def backend_pool() -> Iterator[databases.BackendPool]:
     pool = databases.BackendPool()

@@ -19,7 +19,7 @@ from tests.support.broker import Collector
 from tests.support.celery_fleet import fleet, unique_queue
 from tests.support.env import relay_env, wait_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(180)]
 
 
 @pytest.fixture

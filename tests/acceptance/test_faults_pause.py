@@ -25,6 +25,9 @@ from tests.support.fleet import (
     statuses,
 )
 
+#: Timing-sensitive: runs alone, after the parallel part of the suite (see the Makefile).
+pytestmark = pytest.mark.serial
+
 BATCH = 100
 LEASE = 2
 #: A pause can catch at most the batches in flight: the one publishing, and the one recorded

@@ -23,7 +23,7 @@ from tests.support.broker import Collector, Received
 from tests.support.env import wait_until
 from tests.support.fleet import RELAY_BIN, Fleet, fleet_env
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

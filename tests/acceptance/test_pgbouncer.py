@@ -31,6 +31,9 @@ from tests.support.fleet import (
 )
 from tests.support.pgbouncer import PgBouncer, pgbouncer  # noqa: F401  # the fixture
 
+#: Timing-sensitive: runs alone, after the parallel part of the suite (see the Makefile).
+pytestmark = pytest.mark.serial
+
 BACKLOG = 5000
 SINGLES = 100
 #: The settings under test are the defaults: only the lease is shortened, as elsewhere.

@@ -19,7 +19,7 @@ from tests.support.env import relay_env, wait_until
 from tests.support.fleet import Fleet, fleet_env
 from tests.support.pgserver import PgServer, accepts_connections
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(240)]
 
 #: The tick is the safety net only: an event seen within this did not wait for it.
 TICK_SECONDS = 30

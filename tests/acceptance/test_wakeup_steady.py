@@ -18,7 +18,7 @@ from tests.support.env import relay_env, wait_until
 from tests.support.fleet import Fleet, fleet_env
 
 FLAG = "SELECT pg_sequence_last_value('relay_wakeup')"
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(240)]
 
 RATE = 200
 SECONDS = 5.0

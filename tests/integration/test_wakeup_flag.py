@@ -19,7 +19,7 @@ from relay.store.dispatch import Store
 from tests.support.env import wait_until
 
 FLAG = "SELECT pg_sequence_last_value('relay_wakeup')"
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(60)]
 
 INSERT = "INSERT INTO outbox (event_type, payload) VALUES ('w.t', '{}')"
 
