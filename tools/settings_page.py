@@ -8,7 +8,8 @@ The meaning is :data:`MEANING`, else the field's ``#:`` comment; a field with ne
 generator, so a new setting cannot land undocumented.
 
 ``python -m tools.settings_page docs/configuration.md`` writes the page (``make docs-config``);
-``--check`` exits 1 when the committed page differs (``.ci/run``, ``tests/unit/test_settings_page.py``).
+``--check`` exits 1 when the committed page differs (``.ci/run``; the test is
+``tests/unit/test_settings_page.py``).
 """
 
 from __future__ import annotations
@@ -138,12 +139,8 @@ def _derived() -> dict[str, Callable[[], str]]:
             f"(`RELAY_POLL_FLOOR_SECONDS=2` gives a tick of "
             f"{_n(_s(poll_floor_seconds=2.0).tick_seconds)})"
         ),
-        "queue": lambda: (
-            f"unset while `RELAY_EXCHANGE=relay`: `{_s(exchange='relay').queue}`"
-        ),
-        "exchange": lambda: (
-            f"unset while `RELAY_QUEUE=outbox`: `{_s(queue='outbox').exchange}`"
-        ),
+        "queue": lambda: f"unset while `RELAY_EXCHANGE=relay`: `{_s(exchange='relay').queue}`",
+        "exchange": lambda: f"unset while `RELAY_QUEUE=outbox`: `{_s(queue='outbox').exchange}`",
         "events_url": lambda: "unset: `RELAY_BROKER_URL`",
         "listen_url": lambda: "unset: `RELAY_DATABASE_URL`",
     }
@@ -183,7 +180,7 @@ def _message(node: ast.expr) -> str:
     if isinstance(node, ast.Constant):
         return str(node.value)
     if isinstance(node, ast.JoinedStr):
-        text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
         return re.sub(r"(?<=[A-Z0-9_])=", "", text)
     return ""
 
