@@ -36,6 +36,8 @@ _STATE = "_relay_docs_state"
 
 def _setup(namespace: dict[str, Any]) -> None:
     """A fresh folder, no RELAY_* variable, the relay's tables migrated on the default."""
+    from kombu.transport import filesystem
+
     from relay.store import migrate
 
     folder = Path(tempfile.mkdtemp(prefix="relay-docs-"))
@@ -44,6 +46,9 @@ def _setup(namespace: dict[str, Any]) -> None:
         del os.environ[name]
     state = {"cwd": os.getcwd(), "env": saved_env, "folder": folder, "databases": []}
     os.chdir(folder)
+    # Kombu's filesystem transport keeps the exchanges and bindings it declared in one
+    # process-wide cache: a page declaring `outbox` again in its own folder must write them.
+    filesystem.Transport.global_state.clear()
     migrate.upgrade("sqlite:///relay.sqlite3")
     namespace[_STATE] = state
     namespace["service_url"] = lambda kind: _service_url(state, kind)
