@@ -61,7 +61,7 @@ MEANING: dict[str, str] = {
     "so where nothing notifies, how soon an idle relay sees a new row",
     "confirm_timeout_seconds": "how long a batch waits for broker confirms; silence that long "
     "is treated as a broker outage (attempts given back)",
-    "max_payload_bytes": "largest payload (and headers) `enqueue` accepts, as JSON",
+    "max_payload_bytes": "largest payload `enqueue` (and `send_task`) accepts, encoded as JSON",
     "queue": "Celery queue of the relay's own tasks (`relay.claim_and_dispatch`, `relay.tick`, "
     "`relay.purge_sent`)",
     "max_fanout": "most `claim_and_dispatch` tasks one tick starts: about the fleet's worker "
