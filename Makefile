@@ -3,12 +3,12 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-quick lint format bench bench-quick clean
+.PHONY: setup demo test test-quick lint format bench bench-quick docs docs-config clean
 
 $(BIN)/relay: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	$(BIN)/pip install --quiet -e ".[dev,bench,docs]"
 	touch $(BIN)/relay
 
 setup: $(BIN)/relay
@@ -49,5 +49,13 @@ bench: setup
 bench-quick: setup
 	$(BIN)/python -m bench --quick
 
+# The documentation site into site/, failing on any warning (a broken link or anchor included).
+# The configuration page is generated from relay.config.Settings first, so it cannot drift.
+docs: setup docs-config
+	$(BIN)/mkdocs build --strict --site-dir site
+
+docs-config: setup
+	$(BIN)/python -m tools.settings_page docs/configuration.md
+
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker*
+	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker* site

@@ -278,6 +278,7 @@ def run_section(name: str, plan: Plan, results: Path, command: str) -> None:
         "section": name,
         "plan": plan.name,
         "command": command,
+        "commit": services.git_revision(),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
         "loadavg_before": load_before,

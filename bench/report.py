@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from bench import plots
+from bench import plots, services
 from bench.timing import ratio
 
 TEMPLATE = "report_template.md"
@@ -342,8 +342,16 @@ def render(recs: dict[str, dict[str, Any]], results: Path) -> str:
         rec = recs.get(name)
         if rec is None:
             return ""
+        # Records saved before the commit was kept name the commit that recorded their file.
+        commit = rec.get("commit")
+        if commit:
+            where = f"at commit `{commit}`"
+        else:
+            recorded = services.git_revision(str(results / f"{name}.json"))
+            where = f"recorded in commit `{recorded}`" if recorded else "commit not recorded"
         return (
-            f"\n_Run {rec['finished_at']} ({rec['plan']} plan): load average "
+            f"\n_Run {rec['finished_at']} ({rec['plan']} plan) {where}, with "
+            f"`{rec['command']}`: load average "
             f"{rec['loadavg_before'][0]:.2f} before, {rec['loadavg_after'][0]:.2f} after; "
             f"{rec['seconds']:.0f} s._"
         )

@@ -35,6 +35,25 @@ AMQP_URL = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def git_revision(path: str | None = None) -> str | None:
+    """The checkout's short commit (``+dirty`` with uncommitted changes); with ``path``, the
+    commit that last changed that file. None outside a git checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        if path is not None:
+            return git("log", "-1", "--format=%h", "--", path) or None
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "relay", "bench")
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def loadavg() -> list[float]:
     """The 1, 5 and 15 minute load averages."""
     with open("/proc/loadavg") as f:

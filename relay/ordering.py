@@ -1,5 +1,5 @@
 """Per-key ordering, in one place: cutting a key's run, holding back after a failure, and what
-may be marked sent (DESIGN.md §4, docs/ordering.md).
+may be marked sent (docs/ordering.md).
 
 A row with an ``ordering_key`` carries ``seq``, its number within the key (taken at enqueue);
 an unordered row has ``seq`` None and none of this applies to it. A key's rows are published

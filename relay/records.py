@@ -12,7 +12,7 @@ from relay.exceptions import PublishError
 
 
 class Status(enum.StrEnum):
-    """Where an outbox row is in its life (DESIGN.md §2)."""
+    """Where an outbox row is in its life (docs/guarantees.md)."""
 
     #: Waiting to be claimed, once ``next_retry_at`` has passed.
     PENDING = "pending"

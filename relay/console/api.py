@@ -1,4 +1,4 @@
-"""The JSON API under ``/api``: the contract for scripts (names stable, DESIGN.md §1.8).
+"""The JSON API under ``/api``: the contract for scripts (names stable; docs/operations.md).
 
 ``GET /api/status`` (= ``relay status --json``), ``GET /api/events`` (a keyset page),
 ``GET /api/events/{id}``, ``GET /api/audit``, ``POST /api/events/retry|purge``. A missing or

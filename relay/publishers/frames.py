@@ -1,12 +1,12 @@
 """AMQP 0-9-1 frames of ``basic.publish`` for a whole batch, encoded by the relay itself; pure.
 
-py-amqp builds every message's frames through its generic serialiser and writes each with its
-own ``sendall``; that, not the broker, bounds a Kombu publisher (FACTS.md). Here the parts that
-never change (the frame layout, the exchange, the content type and encoding, the property
-flags) are encoded once, the ``basic.publish`` method frame once per routing key, and per
-message only the body size, the headers table, the message id and the body. The bytes are the
-ones py-amqp would write for the same Kombu message (``tests/unit/test_frames.py`` holds them
-equal): a consumer cannot tell the difference.
+py-amqp builds every message's frames through its generic serialiser and writes each with its own
+``sendall``; that, not the broker, bounds a Kombu publisher (docs/benchmarks.md, "Publishing only").
+Here the parts that never change (the frame layout, the exchange, the content type and encoding, the
+property flags) are encoded once, the ``basic.publish`` method frame once per routing key, and per
+message only the body size, the headers table, the message id and the body. The bytes are the ones
+py-amqp would write for the same Kombu message (``tests/unit/test_frames.py`` holds them equal): a
+consumer cannot tell the difference.
 
 Wire format: each frame is ``type (octet), channel (short), size (long), payload, 0xCE``;
 a message is a method frame, a content header frame and its body in frames of at most

@@ -1,4 +1,4 @@
-"""The message on the wire (DESIGN.md §1.3), built from a claimed row; pure.
+"""The message on the wire (docs/consuming.md, "The message"), built from a claimed row; pure.
 
 An event is a CloudEvent in the binary content mode of the CloudEvents AMQP protocol binding:
 the payload is the body, the ``content_type`` property is ``datacontenttype``, and each other

@@ -1,5 +1,5 @@
-"""The README's consumer of the embedded transport works in a fresh directory, started before
-the relay ever ran there, on the defaults (SQLite and ``filesystem://``)."""
+"""The consumer of the embedded transport in docs/consuming.md works in a fresh directory,
+started before the relay ever ran there, on the defaults (SQLite and ``filesystem://``)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def readme_consumer() -> str:
-    """The Python block that follows the marker in README.md."""
-    text = (ROOT / "README.md").read_text()
+    """The Python block that follows the marker in docs/consuming.md."""
+    text = (ROOT / "docs" / "consuming.md").read_text()
     after = text[text.index(MARKER) :]
     match = re.search(r"```python\n(.*?)```", after, re.S)
-    assert match, "README.md lost its embedded consumer block"
+    assert match, "docs/consuming.md lost its embedded consumer block"
     return match.group(1)
 
 

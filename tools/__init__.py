@@ -1,0 +1,1 @@
+"""Maintainers' tools: generators of committed files (``settings_page``: docs/configuration.md)."""
