@@ -57,8 +57,8 @@ MEANING: dict[str, str] = {
     "backoff_base_seconds": "first backoff after a failed attempt: exponential with full "
     "jitter, capped by `RELAY_BACKOFF_MAX_SECONDS`",
     "backoff_max_seconds": "cap of the backoff between attempts",
-    "tick_seconds": "interval of beat's safety-net tick; the longest wait of adaptive polling, "
-    "so where nothing notifies, how soon an idle relay sees a new row",
+    "tick_seconds": "interval of beat's safety-net tick (a Celery message each); set where "
+    "nothing notifies, also the longest wait of a relay that polls for rows itself (see below)",
     "confirm_timeout_seconds": "how long a batch waits for broker confirms; silence that long "
     "is treated as a broker outage (attempts given back)",
     "max_payload_bytes": "largest payload `enqueue` (and `send_task`) accepts, encoded as JSON",
