@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
+from relay.config import databases as fleet
 from relay.config import timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
 from relay.config.urls import redact
@@ -98,6 +99,9 @@ class Settings:
     #: ``urn:example:shop``); None: derived from the database URL without its credentials
     #: (``relay.store.eventids.default_source``). Descriptive: the event id is unique alone.
     source: str | None = None
+    #: Several outbox databases drained by one fleet, ``name=URL`` pairs separated by commas
+    #: (``relay.config.databases``); None: the one database of ``database_url``.
+    databases: str | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -255,6 +259,7 @@ class Settings:
                 "must be a URI-reference (printable, no spaces)",
             )
         self._validate_console()
+        fleet.check_settings(self, self._is_set("database_url"))
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),
@@ -380,7 +385,7 @@ class Settings:
 
 
 #: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
-DATABASE_ONLY = frozenset({"database_url"})
+DATABASE_ONLY = frozenset({"database_url", "databases"})
 #: What ``relay console`` reads: the database, its credentials and the fields it masks.
 CONSOLE_ONLY = DATABASE_ONLY | {"console_token", "console_readonly_token", "console_redact"}
 #: A console token shorter than this is refused: it must not be guessable.
