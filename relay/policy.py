@@ -188,7 +188,7 @@ def share_fanout(
     wanted = {name: math.ceil(rows / batch_size) for name, rows in backlogs.items() if rows > 0}
     order = list(wanted)
     if order:
-        start = turn % len(order)
+        start = (turn * max_fanout) % len(order)
         order = order[start:] + order[:start]
     sends: list[str] = []
     round_ = 1

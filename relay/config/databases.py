@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from relay.config.env import check
@@ -25,9 +25,9 @@ DEFAULT_NAME = "default"
 #: A database's name: a metric label, a Celery task argument, a ``--source`` value and a path
 #: segment of its CloudEvents source, so it is kept plain.
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
-# An entry starts at the beginning or after a comma followed by ``name=scheme://``, so a comma
-# inside a URL's query (rare) does not split it.
-_ENTRY_START = re.compile(r",\s*(?=[^,=\s]*\s*=\s*[A-Za-z][A-Za-z0-9+.\-]*://)")
+# An entry starts after a comma followed by ``word=``; a comma inside a URL's query that is
+# followed by ``key=`` must be written %2C.
+_ENTRY_START = re.compile(r",\s*(?=[^,=/:\s]*\s*=)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +151,11 @@ def pick(settings: Settings, name: str | None, *, option: str = "--source") -> t
 
 
 def _differing(settings: Settings) -> frozenset[str]:
-    from relay.config.settings import env_fields
-
-    return frozenset(f.name for f in env_fields() if getattr(settings, f.name) != f.default)
+    return frozenset(
+        f.name
+        for f in fields(settings)
+        if f.metadata.get("env", True) and getattr(settings, f.name) != f.default
+    )
 
 
 def _set(source: str | None, listen: str | None) -> frozenset[str]:

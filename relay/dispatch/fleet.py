@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from relay.config import Settings
 from relay.config.databases import each
+from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.store.dispatch import DispatchStore
 
@@ -49,8 +50,6 @@ class DatabaseLoop:
 
     def loop(self, stop: threading.Event, on_pass: Callable[[], None] | None) -> None:
         """Drain until ``stop``, woken by this database's own listener where it has one."""
-        from relay.dispatch import runner
-
         until, wake = threading.Event(), threading.Event()
 
         def on_deaf() -> None:
@@ -94,8 +93,6 @@ class DatabaseLoop:
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
     """Every configured database's relay in this process, a thread each, until all drained
     (``once``) or SIGTERM/SIGINT; the sum of their reports."""
-    from relay.dispatch import runner
-
     loops = [DatabaseLoop(name, s, runner.dispatcher) for name, s in each(settings)]
     log.info(
         "relay fleet starting over %d databases (%s): %s",

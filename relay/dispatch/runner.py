@@ -62,12 +62,7 @@ def shutdown(dispatcher: Dispatcher) -> None:
 
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
     """A relay process without Celery: drain once, or drain until SIGTERM/SIGINT with the
-    listener (or adaptive polling), the heartbeat file and the metrics endpoint. Several
-    databases (``RELAY_DATABASES``): a relay for each, :func:`relay.dispatch.fleet.run`."""
-    if settings.databases is not None:
-        from relay.dispatch import fleet
-
-        return fleet.run(settings, once=once, heartbeat_file=heartbeat_file)
+    listener (or adaptive polling), the heartbeat file and the metrics endpoint."""
     store = DispatchStore.from_settings(settings)
     relay = dispatcher(settings, store)
     log.info("relay %s starting: %s", relay.worker_id, settings.describe())
