@@ -1,140 +1,160 @@
 """``relay dispatch --once|--loop`` over several outbox databases (``RELAY_DATABASES``).
 
-One thread per database, each running the single-database loop of
-:meth:`relay.dispatch.dispatcher.Dispatcher.loop` with its own store, engine, publisher
-connection, circuit breaker and wake-up (a LISTEN/NOTIFY listener on PostgreSQL, adaptive
-polling elsewhere). Why threads, not one loop taking the databases in turn: a turn-taking loop
-makes a quiet database wait for the busy one's drain budget (seconds) before its first claim,
-and a database that is down (connect timeouts, retry backoff) would stall every turn. With a
-thread each, a database's wait, backoff or outage is its own; the quiet database's listener
-wakes its own thread at once, and the interpreter switches threads every few milliseconds, so
-its events are claimed while the other drains (``python -m bench --only fairness``).
+One child process per database, each the single-database relay of
+:func:`relay.dispatch.runner.run` with its own store, engine, publisher connection, circuit
+breaker and wake-up (a LISTEN/NOTIFY listener on PostgreSQL, adaptive polling elsewhere), and
+this process supervising them: SIGTERM/SIGINT are passed on, a child that dies is started
+again (after a backoff), and the heartbeat file is touched while every child runs.
+
+Why a process per database, not one loop taking the databases in turn nor a thread each: a
+turn-taking loop makes a quiet database wait for the busy one's drain budget (seconds) before
+its first claim, and a database that is down (connect timeouts, retry backoff) stalls every
+turn. Threads share one interpreter lock: while the busy database's thread computes (building
+and publishing its batches), the quiet one's thread gets the lock back only at the switch
+interval after each of its round trips, which measured 5-15x its p99 (``python -m bench --only
+fairness``). Processes are scheduled by the operating system, which favours the one that
+mostly sleeps, and a crash or a hang of one stays its own.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-from relay.config import Settings
+from relay.config import Settings, env_fields, env_name
 from relay.config.databases import each
 from relay.dispatch import runner
-from relay.dispatch.dispatcher import Dispatcher, Report
-from relay.store.dispatch import DispatchStore
+from relay.dispatch.dispatcher import Report
+from relay.policy import Backoff
 
 log = logging.getLogger("relay")
 
+#: How often the supervisor looks at its children (and touches the heartbeat file).
+CHECK_SECONDS = 0.5
+#: A child that died is started again after a backoff from the first to the second.
+RESTART_FIRST_SECONDS, RESTART_MAX_SECONDS = 1.0, 30.0
 
-class DatabaseLoop:
-    """One database's relay inside a multi-database process: its dispatcher and its thread."""
 
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        build: Callable[[Settings, DispatchStore], Dispatcher],
-    ) -> None:
-        self.name, self.settings = name, settings
-        self.store = DispatchStore.from_settings(settings)
-        self.dispatcher = build(settings, self.store)
-        self.report = Report()
-        #: The error that ended this database's thread, if one did (never a retryable one).
-        self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
+def child_env(settings: Settings, index: int, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one database's relay: ``base`` without any ``RELAY_*``, plus every
+    setting of ``settings`` (that database's view) spelled out; with ``RELAY_METRICS_PORT``,
+    the ``index``-th database serves its metrics on that port plus ``index``."""
+    env = {k: v for k, v in base.items() if not k.startswith("RELAY_")}
+    for f in env_fields():
+        value = getattr(settings, f.name)
+        if value is None or f.name == "databases":
+            continue
+        if f.name == "metrics_port":
+            value += index
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        env[env_name(f)] = str(value)
+    return env
 
-    def once(self) -> None:
-        """Drain this database until nothing is claimable."""
-        self._guard(lambda: self.report.add(self.dispatcher.drain(budget_seconds=float("inf"))))
 
-    def loop(self, stop: threading.Event, on_pass: Callable[[], None] | None) -> None:
-        """Drain until ``stop``, woken by this database's own listener where it has one."""
-        until, wake = threading.Event(), threading.Event()
+@dataclass
+class Child:
+    """One database's relay process."""
 
-        def on_deaf() -> None:
-            until.set()
-            wake.set()
+    name: str
+    env: dict[str, str]
+    once: bool
+    proc: subprocess.Popen[bytes] | None = None
+    backoff: Backoff = field(
+        default_factory=lambda: Backoff(RESTART_FIRST_SECONDS, RESTART_MAX_SECONDS)
+    )
+    restart_at: float = 0.0
 
-        def stopping() -> None:
-            stop.wait()
-            until.set()
-            wake.set()
+    def start(self) -> None:
+        mode = "--once" if self.once else "--loop"
+        argv = [sys.executable, "-m", "relay", "dispatch", mode]
+        self.proc = subprocess.Popen(argv, env=self.env)  # noqa: S603 - our own interpreter
+        log.info("relay for database %r started (pid %d)", self.name, self.proc.pid)
 
-        threading.Thread(target=stopping, name=f"relay-stop-{self.name}", daemon=True).start()
-        watcher = runner.listener(self.settings, wake.set, on_deaf=on_deaf)
-
-        def run() -> None:
-            try:
-                self.report.add(
-                    self.dispatcher.loop(until, wake=wake if watcher else None, on_pass=on_pass)
-                )
-                if not stop.is_set():
-                    self.report.add(self.dispatcher.loop(stop, on_pass=on_pass))
-            finally:
-                if watcher is not None:
-                    watcher.stop()
-
-        self._guard(run)
-
-    def start(self, target: Callable[[], None]) -> None:
-        self.thread = threading.Thread(target=target, name=f"relay-{self.name}", daemon=True)
-        self.thread.start()
-
-    def _guard(self, work: Callable[[], None]) -> None:
-        try:
-            work()
-        except Exception as exc:
-            # One database's fatal error ends its own thread, never the others'.
-            self.error = exc
-            log.error("relay for database %r stopped: %s", self.name, exc)
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
 
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
-    """Every configured database's relay in this process, a thread each, until all drained
-    (``once``) or SIGTERM/SIGINT; the sum of their reports."""
-    loops = [DatabaseLoop(name, s, runner.dispatcher) for name, s in each(settings)]
+    """Every configured database's relay as a child process, until all drained (``once``) or
+    SIGTERM/SIGINT. Raises ``SystemExit`` with the worst child's status when one failed in
+    ``once`` mode."""
+    children = [
+        Child(name, child_env(s, i, os.environ), once) for i, (name, s) in enumerate(each(settings))
+    ]
     log.info(
         "relay fleet starting over %d databases (%s): %s",
-        len(loops),
-        ", ".join(d.name for d in loops),
+        len(children),
+        ", ".join(c.name for c in children),
         settings.describe(),
     )
     stop = threading.Event()
-    try:
-        if once:
-            for d in loops:
-                d.start(d.once)
-        else:
-            runner.serve_metrics(loops[0].settings, loops[0].store.engine)
 
-            def on_signal(*_: object) -> None:
-                stop.set()
-
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, on_signal)
-            beat = runner.heartbeat(heartbeat_file)
-            for d in loops:
-                d.start(lambda d=d: d.loop(stop, beat))  # type: ignore[misc]
-        _join(loops, stop)
-    finally:
+    def on_signal(*_: object) -> None:
         stop.set()
-        for d in loops:
-            if d.thread is not None:
-                d.thread.join(timeout=settings.lease_seconds)
-            runner.shutdown(d.dispatcher)
-    total = Report()
-    for d in loops:
-        log.info("relay for database %r done: %s", d.name, d.report)
-        total.add(d.report)
-    return total
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    beat = runner.heartbeat(heartbeat_file)
+    try:
+        for c in children:
+            c.start()
+        if once:
+            codes = [c.proc.wait() for c in children if c.proc is not None]
+            worst = max(codes, default=0)
+            if worst:
+                raise SystemExit(worst)
+            return Report()
+        _supervise(children, stop, beat)
+    finally:
+        _stop(children, settings.lease_seconds)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return Report()
 
 
-def _join(loops: Sequence[DatabaseLoop], stop: threading.Event) -> None:
-    # Join with a timeout so the main thread keeps taking signals.
-    while any(d.thread is not None and d.thread.is_alive() for d in loops):
-        for d in loops:
-            if d.thread is not None:
-                d.thread.join(timeout=0.2)
-        if stop.is_set():
-            return
+def _supervise(
+    children: list[Child], stop: threading.Event, beat: Callable[[], None] | None
+) -> None:
+    while not stop.wait(CHECK_SECONDS):
+        now = time.monotonic()
+        for c in children:
+            if c.running:
+                continue
+            if c.restart_at == 0.0:
+                code = c.proc.returncode if c.proc is not None else None
+                delay = c.backoff.next()
+                log.error(
+                    "relay for database %r exited (%s); starting it again in %.1fs",
+                    c.name,
+                    code,
+                    delay,
+                )
+                c.restart_at = now + delay
+            elif now >= c.restart_at:
+                c.restart_at = 0.0
+                c.start()
+        if beat is not None and all(c.running for c in children):
+            beat()
+
+
+def _stop(children: list[Child], timeout: float) -> None:
+    for c in children:
+        if c.running and c.proc is not None:
+            c.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for c in children:
+        if c.proc is None:
+            continue
+        try:
+            c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+            c.proc.wait()
