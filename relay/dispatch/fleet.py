@@ -75,12 +75,32 @@ class Child:
     def start(self) -> None:
         mode = "--once" if self.once else "--loop"
         argv = [sys.executable, "-m", "relay", "dispatch", mode]
-        self.proc = subprocess.Popen(argv, env=self.env)  # noqa: S603 - our own interpreter
+        # Our own interpreter and arguments (S603); preexec_fn only sets the death signal.
+        self.proc = subprocess.Popen(  # noqa: S603
+            argv, env=self.env, preexec_fn=_die_with_parent
+        )
         log.info("relay for database %r started (pid %d)", self.name, self.proc.pid)
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the supervisor dies, even of a SIGKILL (Linux),
+    so no database's relay outlives it unsupervised."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+#: prctl(2) option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
