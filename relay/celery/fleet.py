@@ -180,7 +180,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.beat_init.connect(watch_in_beat(app, settings), weak=False)
     signals.worker_ready.connect(PromptAcks.on_worker_ready(app), weak=False)
     if settings.metrics_port is not None:
-        signals.worker_init.connect(_serve_metrics(app, settings), weak=False)
+        signals.worker_init.connect(_serve_metrics(app, runtime.settings), weak=False)
     if wakeup:
         enable_wakeup(app, settings)
     return runtime
