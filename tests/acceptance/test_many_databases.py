@@ -5,6 +5,7 @@ per event of every source, and a quiet database is not starved by another one's 
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -22,9 +23,10 @@ import relay
 from bench import fairness
 from relay.store.engine import create_engine
 from tests.acceptance.test_event_handlers import worker
-from tests.support import databases, events_app
+from tests.support import celery_fleet, databases, events_app
+from tests.support.broker import Collector
 from tests.support.celery_fleet import unique_queue
-from tests.support.env import wait_until
+from tests.support.env import relay_env, wait_until
 from tests.support.fleet import RELAY_BIN, TEST_SETTINGS, statuses
 
 pytestmark = pytest.mark.timeout(300)
@@ -113,6 +115,11 @@ def _handled(engine: sa.Engine) -> list[int]:
         return sorted(conn.execute(sa.select(events_app.handled.c.n)).scalars())
 
 
+def _ids(engine: sa.Engine) -> set[int]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.text("SELECT id FROM outbox")).scalars())
+
+
 def _sent_everywhere(engines: dict[str, sa.Engine]) -> bool:
     return all(statuses(e).get("sent", 0) == PER_DATABASE for e in engines.values())
 
@@ -191,3 +198,58 @@ def test_a_quiet_database_is_not_starved_by_another_ones_backlog(
             route.delete()
     assert result["busy_left_at_end"] > 0, "the quiet phase did not overlap the busy drain"
     assert result["quiet_beside_backlog"]["p99_ms"] < 1500, result
+
+
+def test_a_celery_fleet_over_three_databases_relays_each_once_under_sigkill(
+    backend_pool: databases.BackendPool, amqp_url: str, exchange_name: str, tmp_path: Path
+) -> None:
+    """Beat + 2 Celery workers over three databases (2 PostgreSQL, 1 MariaDB): with one worker
+    SIGKILLed mid-drain and replaced, every row of every database ends sent and reaches the
+    exchange, duplicates at most the killed worker's leased batches, none of another source."""
+    per_database = 1500
+    with _outboxes(backend_pool) as engines:
+        env = relay_env(
+            databases=",".join(f"{n}={_url(e)}" for n, e in engines.items()),
+            broker_url=amqp_url,
+            exchange=exchange_name,
+            queue=unique_queue(),
+            source="/fleet",
+            tick_seconds=0.5,
+            batch_size=100,
+            lease_seconds=3,
+            confirm_timeout_seconds=1,
+            max_fanout=4,
+        )
+        collector = Collector(amqp_url, exchange_name)
+        try:
+            with celery_fleet.fleet(env, tmp_path) as f:
+                f.beat()
+                victim, _ = f.worker("w1"), f.worker("w2")
+                for eng in engines.values():
+                    with Session(eng) as session, session.begin():
+                        for n in range(per_database):
+                            relay.enqueue(session, "fleet.event", {"n": n})
+                wait_until(
+                    lambda: sum(statuses(e).get("sent", 0) for e in engines.values()) > 300,
+                    90,
+                    "the fleet relaying",
+                )
+                victim.signal(signal.SIGKILL)
+                f.worker("w3")
+                wait_until(
+                    lambda: all(statuses(e) == {"sent": per_database} for e in engines.values()),
+                    120,
+                    "every row of every database sent",
+                )
+                received = collector.drain(3 * per_database, timeout=60, settle=1.0)
+            ids_of = {n: _ids(e) for n, e in engines.items()}
+        finally:
+            collector.close()
+    seen = collections.Counter(
+        (m.headers["cloudEvents:source"], m.headers["outbox_id"]) for m in received
+    )
+    for name in SOURCES:
+        ids = {int(i) for s, i in seen if s == f"/fleet/{name}"}
+        assert ids == ids_of[name], name
+    duplicates = sum(seen.values()) - len(seen)
+    assert duplicates <= 2 * 1000, duplicates  # two batches of at most RELAY_BATCH_MAX

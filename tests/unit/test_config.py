@@ -120,7 +120,8 @@ EDGE_VALUES = [
     ("RELAY_SOURCE", "/shop/orders"),
     ("RELAY_SOURCE", "urn:example:shop:" + "x" * 400),
     ("RELAY_DATABASES", "a=sqlite:///a.db"),
-    ("RELAY_DATABASES", ",".join(f"db{i}=sqlite:///{i}.db" for i in range(50))),
+    # One database only: with several, the row commands refuse to guess (test_cli_edges).
+    ("RELAY_DATABASES", "x" * 40 + "=sqlite:///x.db"),
 ]
 
 

@@ -120,3 +120,9 @@ def test_describe_redacts_every_url() -> None:
     s = Settings.from_env({"RELAY_DATABASES": f"orders={PG},billing={MY}"})
     assert SECRET not in str(s.describe())
     assert SECRET not in repr(parse(s.databases or ""))
+
+
+def test_fifty_databases_parse() -> None:
+    """A long list parses, in order, every name kept."""
+    raw = ",".join(f"db{i}=sqlite:///{i}.db" for i in range(50))
+    assert names(Settings.from_env({"RELAY_DATABASES": raw})) == tuple(f"db{i}" for i in range(50))
