@@ -155,10 +155,15 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     def purge_sent() -> int:
         """Delete sent rows past the retention, one short transaction per batch, one purger."""
         deleted = 0
-        for _, rt in runtimes:
-            deleted += rt.operations().purge_sent(
-                s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
-            )
+        for name, rt in runtimes:
+            try:
+                deleted += rt.operations().purge_sent(
+                    s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
+                )
+            except RelayError as exc:
+                if not runtimes.several:
+                    raise
+                log.warning("purge of database %r failed, the next one retries: %s", name, exc)
         log.info("purged %d sent rows older than %gs", deleted, s.retention_seconds)
         return deleted
 
