@@ -60,7 +60,9 @@ def add_option(name: str, parser: argparse.ArgumentParser) -> None:
     # Also after the sub-command (relay failed list --source orders); SUPPRESS keeps a value
     # given before it.
     for action in parser._subparsers._group_actions if parser._subparsers else ():
-        for child in getattr(action, "choices", {}).values():
+        for sub, child in getattr(action, "choices", {}).items():
+            if name == "inbox" and sub != "purge":
+                continue  # dead letters live on the broker, not in a database
             child.add_argument("--source", metavar="NAME", default=argparse.SUPPRESS, help=text)
 
 
