@@ -23,6 +23,7 @@ from bench import (
     baselines,
     console,
     costs,
+    fairness,
     latency,
     ordering,
     report,
@@ -89,6 +90,12 @@ class Plan:
     baselines: list[str] = field(default_factory=list)
     #: bench.versus: the checkout's relay again with other settings (``KEY=VALUE[,KEY=VALUE]``).
     variants: list[str] = field(default_factory=list)
+    #: bench.fairness: the busy database's backlog, the quiet one's events/s and seconds per
+    #: phase, and the relay process counts.
+    fairness_backlog: int = 200_000
+    fairness_rate: float = 20.0
+    fairness_seconds: float = 8.0
+    fairness_processes: list[int] = field(default_factory=lambda: [1, 2])
 
 
 FULL = Plan(
@@ -173,6 +180,9 @@ QUICK = Plan(
     writers=[1, 8],
     business_writers=[1],
     writers_seconds=1.0,
+    fairness_backlog=60_000,
+    fairness_seconds=3.0,
+    fairness_processes=[1],
 )
 
 #: The sections, in the order a full run measures them.
@@ -217,6 +227,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),
     "writers": lambda p: writers.run(p.writers, p.business_writers, p.writers_seconds, p.reps),
+    "fairness": lambda p: fairness.run(
+        p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes
+    ),
 }
 
 

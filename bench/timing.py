@@ -195,11 +195,14 @@ def grid(
 
 class Arrivals:
     """Consumes a queue of its own bound to ``exchange`` with ``#``, in a thread: when each
-    message id arrived (``time.monotonic()``)."""
+    message id arrived (``time.monotonic()``): by its ``outbox_id`` header, or with ``key=
+    "message_id"`` by its message id (the event id); ``routing_key`` narrows the binding."""
 
-    def __init__(self, url: str, exchange: str) -> None:
-        self.url, self.exchange = url, exchange
-        self.at: dict[int, float] = {}
+    def __init__(
+        self, url: str, exchange: str, *, routing_key: str = "#", key: str = "outbox_id"
+    ) -> None:
+        self.url, self.exchange, self.routing_key, self.key = url, exchange, routing_key, key
+        self.at: dict[Any, float] = {}
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -217,11 +220,14 @@ class Arrivals:
     def _run(self) -> None:
         exchange = kombu.Exchange(self.exchange, type="topic", durable=True)
         bound = kombu.Queue(
-            f"{self.exchange}.arrivals", exchange, routing_key="#", auto_delete=True
+            f"{self.exchange}.arrivals", exchange, routing_key=self.routing_key, auto_delete=True
         )
 
         def on_message(body: Any, message: Any) -> None:
-            self.at.setdefault(int(message.headers["outbox_id"]), time.monotonic())
+            if self.key == "message_id":
+                self.at.setdefault(message.properties["message_id"], time.monotonic())
+            else:
+                self.at.setdefault(int(message.headers["outbox_id"]), time.monotonic())
 
         with (
             kombu.Connection(self.url) as conn,
@@ -235,14 +241,14 @@ class Arrivals:
                 except TimeoutError:
                     continue
 
-    def wait_for(self, ids: Sequence[int], timeout: float) -> int:
+    def wait_for(self, ids: Sequence[Any], timeout: float) -> int:
         """Wait (bounded) until every id arrived; returns how many never did."""
         deadline = time.monotonic() + timeout
         while (missing := sum(i not in self.at for i in ids)) and time.monotonic() < deadline:
             time.sleep(0.01)
         return missing
 
-    def latencies_ms(self, committed: Mapping[int, float]) -> list[float]:
+    def latencies_ms(self, committed: Mapping[Any, float]) -> list[float]:
         """Sorted commit-to-arrival times in ms of the ids in ``committed`` that arrived."""
         return sorted((self.at[i] - t) * 1000 for i, t in committed.items() if i in self.at)
 

@@ -1,5 +1,6 @@
 """Pure decisions: backoff (of a row's attempts, and of the process-level retry loops), the next
-state after an attempt, the broker circuit breaker, the size of the next claim.
+state after an attempt, the broker circuit breaker, the size of the next claim, the
+share of a tick's fan-out each database of a fleet gets.
 
 Time and randomness are passed in; nothing here reads a clock or does I/O.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -166,3 +168,34 @@ class IdlePoll:
         else:
             self._next = min(self.ceiling, wait * 2)
         return wait
+
+
+def share_fanout(
+    backlogs: Mapping[str, int], batch_size: int, max_fanout: int, *, turn: int = 0
+) -> tuple[str, ...]:
+    """The ``claim_and_dispatch`` tasks one tick of a fleet over several databases sends, in
+    the order to send them: one name per task, ``max_fanout`` at most in all.
+
+    Each database wants one task per ``batch_size`` rows of its (bounded) ``backlogs`` count.
+    Tasks are dealt in rounds, one per database still wanting more in each round (max-min
+    fairness): every database with work gets its first task before any gets a second, so a
+    million-row backlog takes only what the others leave. When more databases have work than
+    ``max_fanout`` allows, ``turn`` (the tick's number) rotates which ones go first, so each is
+    served within a few ticks. Sending in rounds interleaves the queue the same way.
+    """
+    if batch_size < 1 or max_fanout < 1:
+        raise ValueError(f"batch_size and max_fanout must be >= 1, got {batch_size}, {max_fanout}")
+    wanted = {name: math.ceil(rows / batch_size) for name, rows in backlogs.items() if rows > 0}
+    order = list(wanted)
+    if order:
+        start = (turn * max_fanout) % len(order)
+        order = order[start:] + order[:start]
+    sends: list[str] = []
+    round_ = 1
+    while len(sends) < max_fanout:
+        dealt = [name for name in order if wanted[name] >= round_]
+        if not dealt:
+            break
+        sends.extend(dealt[: max_fanout - len(sends)])
+        round_ += 1
+    return tuple(sends)

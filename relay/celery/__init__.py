@@ -28,6 +28,7 @@ from typing import Any
 from celery import Celery
 
 from relay.celery.acks import PromptAcks
+from relay.celery.databases import Runtimes, backlogs, drain_budget, fleet_tick
 from relay.celery.events import EventConsumerStep, on_event
 from relay.celery.fleet import (
     PURGE_BATCH_SIZE,
@@ -63,13 +64,17 @@ __all__ = [
     "EventConsumerStep",
     "PromptAcks",
     "Runtime",
+    "Runtimes",
     "TransactionalTask",
     "Waker",
     "app",
+    "backlogs",
     "celery_config",
     "create_app",
+    "drain_budget",
     "enable_wakeup",
     "fanout",
+    "fleet_tick",
     "install",
     "on_event",
     "send_task",

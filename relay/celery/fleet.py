@@ -21,12 +21,14 @@ from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
 from relay.celery.acks import PromptAcks
+from relay.celery.databases import Runtimes, drain_budget, fleet_tick
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
 from relay.config import Settings, timing
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
+from relay.exceptions import RelayError
 from relay.publishers import transports
 
 log = logging.getLogger(__name__)
@@ -91,7 +93,9 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     """
     # filesystem:// (the embedded default) means the relay's atomic variant in this app too.
     transports.register()
-    runtime = Runtime(settings)
+    runtimes = Runtimes(settings)
+    runtime = runtimes.get(None)
+    budget = drain_budget(settings, runtimes)
     s = settings
     common: dict[str, Any] = {
         # Not shared: Celery would otherwise copy these closures, bound to this app's settings,
@@ -106,11 +110,13 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     }
 
     @app.task(name=CLAIM_AND_DISPATCH, expires=s.tick_seconds, **common)
-    def claim_and_dispatch() -> dict[str, Any]:
-        """Drain the outbox within the budget; any number may run at once (the lease decides)."""
+    def claim_and_dispatch(source: str | None = None) -> dict[str, Any]:
+        """Drain the outbox (of database ``source``; None: each database in turn) within the
+        budget; any number may run at once (the lease decides)."""
         report = Report()
-        if not runtime.stopping.is_set():
-            _guarded(lambda: report.add(runtime.dispatcher().drain(stop=runtime.stopping)))
+        for rt in runtimes.chosen(source):
+            if not rt.stopping.is_set():
+                _guarded(_drain_into(report, rt, budget), alone=not runtimes.several)
         return _summary(report)
 
     @app.task(name=TICK, expires=s.tick_seconds, **common)
@@ -119,6 +125,15 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         report, extra = Report(), 0
         if runtime.stopping.is_set():
             return {"fanout": 0, **_summary(report)}
+        if runtimes.several:
+            shares = fleet_tick(
+                s,
+                runtimes,
+                lambda name: claim_and_dispatch.apply_async(
+                    (name,), expires=s.tick_seconds, queue=s.queue
+                ),
+            )
+            return {"fanout": sum(shares.values()), "databases": shares, **_summary(report)}
 
         def work() -> None:
             nonlocal extra
@@ -139,9 +154,16 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, shared=False)
     def purge_sent() -> int:
         """Delete sent rows past the retention, one short transaction per batch, one purger."""
-        deleted = runtime.operations().purge_sent(
-            s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
-        )
+        deleted = 0
+        for name, rt in runtimes:
+            try:
+                deleted += rt.operations().purge_sent(
+                    s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
+                )
+            except RelayError as exc:
+                if not runtimes.several:
+                    raise
+                log.warning("purge of database %r failed, the next one retries: %s", name, exc)
         log.info("purged %d sent rows older than %gs", deleted, s.retention_seconds)
         return deleted
 
@@ -156,24 +178,33 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         queue=s.queue,
     )
     # weak=False: these handlers are bound methods of a runtime nothing else may reference.
-    signals.worker_process_init.connect(runtime.forget, weak=False)
-    signals.worker_shutting_down.connect(runtime.stop, weak=False)
-    signals.worker_process_shutdown.connect(runtime.close, weak=False)
-    signals.worker_shutdown.connect(runtime.close, weak=False)
+    signals.worker_process_init.connect(runtimes.forget, weak=False)
+    signals.worker_shutting_down.connect(runtimes.stop, weak=False)
+    signals.worker_process_shutdown.connect(runtimes.close, weak=False)
+    signals.worker_shutdown.connect(runtimes.close, weak=False)
     signals.beat_init.connect(watch_in_beat(app, settings), weak=False)
     signals.worker_ready.connect(PromptAcks.on_worker_ready(app), weak=False)
     if settings.metrics_port is not None:
-        signals.worker_init.connect(_serve_metrics(app, settings), weak=False)
+        signals.worker_init.connect(_serve_metrics(app, runtime.settings), weak=False)
     if wakeup:
         enable_wakeup(app, settings)
     return runtime
 
 
-def _guarded(work: Callable[[], None]) -> None:
+def _drain_into(report: Report, runtime: Runtime, budget: float | None) -> Callable[[], None]:
+    return lambda: report.add(runtime.dispatcher().drain(budget, runtime.stopping))
+
+
+def _guarded(work: Callable[[], None], *, alone: bool = True) -> None:
     try:
         work()
     except SoftTimeLimitExceeded:
         log.warning("relay task hit its soft time limit; its leased rows will be reclaimed")
+    except RelayError as exc:
+        if alone:
+            raise
+        # One database down must not stop the task's drains of the others.
+        log.warning("relay drain of one database failed, the next tick retries it: %s", exc)
 
 
 def create_app(settings: Settings | None = None) -> Celery:

@@ -43,8 +43,11 @@ class Waker:
         min_interval: float = 0.0,
         *,
         one_queued: bool = False,
+        source: str | None = None,
     ) -> None:
         self.app, self.settings, self.min_interval = app, settings, min_interval
+        #: The database (of ``RELAY_DATABASES``) the tasks it sends drain; None: the only one.
+        self.source = source
         #: Send nothing while a relay task already waits in ``RELAY_QUEUE`` (it will drain what
         #: this wake-up is for): under steady load the beat listener keeps at most one queued.
         self.one_queued = one_queued
@@ -86,6 +89,7 @@ class Waker:
             try:
                 self.app.send_task(
                     CLAIM_AND_DISPATCH,
+                    args=(self.source,) if self.source else (),
                     queue=self.settings.queue,
                     expires=self.settings.tick_seconds,
                     retry=False,
@@ -126,10 +130,17 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
+        from relay.config.databases import each, several
         from relay.dispatch import runner
 
-        waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
-        runner.watcher(settings, waker)
+        if not several(settings):
+            waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
+            runner.watcher(settings, waker)
+            return
+        # One watcher per database, each waking its own database's drain; a queued task of
+        # another database drains nothing of this one, so no one_queued here.
+        for name, s in each(settings):
+            runner.watcher(s, Waker(app, s, min_interval=s.poll_floor_seconds, source=name))
 
     return start
 

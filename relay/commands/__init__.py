@@ -18,6 +18,7 @@ from relay.commands import (
     probe,
     purge_sent,
     rows,
+    sources,
     status,
 )
 from relay.commands.base import Command
@@ -53,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.arguments(sub.add_parser(command.name, help=command.help, **command.parser_options))
+        parser_of = sub.add_parser(command.name, help=command.help, **command.parser_options)
+        command.arguments(parser_of)
+        sources.add_option(command.name, parser_of)
     return parser
 
 
@@ -69,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next(c for c in COMMANDS if c.name == args.command)
     try:
         settings = Settings.from_env(only=command.uses)
-        return int(command.handler(settings, args) or 0)
+        return sources.run(command.name, command.handler, settings, args)
     except RelayError as exc:
         print(f"relay: {redact(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError | SelectorError) else 1

@@ -20,6 +20,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
+    if settings.databases is not None:  # RELAY_DATABASES: a relay thread per database
+        from relay.dispatch import fleet
+
+        fleet.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
+        return 0
     from relay.dispatch import runner
 
     runner.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)

@@ -235,7 +235,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(_: Settings, args: argparse.Namespace) -> int:
-    checks = run(*settings_or_error())
+    from relay.commands.sources import doctor_checks
+
+    checks = doctor_checks(run, *settings_or_error(), getattr(args, "source", None))
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:

@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
+from relay.config import databases as fleet
 from relay.config import timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
 from relay.config.urls import redact
@@ -98,6 +99,8 @@ class Settings:
     #: ``urn:example:shop``); None: derived from the database URL without its credentials
     #: (``relay.store.eventids.default_source``). Descriptive: the event id is unique alone.
     source: str | None = None
+    #: Several outbox databases, ``name=URL,...`` (``relay.config.databases``); None: one.
+    databases: str | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -165,18 +168,11 @@ class Settings:
         )
         check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
         check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
-        check(
-            self.backoff_max_seconds > 0,
-            "RELAY_BACKOFF_MAX_SECONDS",
-            self.backoff_max_seconds,
-            "must be > 0",
-        )
-        check(
-            self.backoff_base_seconds > 0,
-            "RELAY_BACKOFF_BASE_SECONDS",
-            self.backoff_base_seconds,
-            "must be > 0",
-        )
+        for var, value in (
+            ("RELAY_BACKOFF_MAX_SECONDS", self.backoff_max_seconds),
+            ("RELAY_BACKOFF_BASE_SECONDS", self.backoff_base_seconds),
+        ):
+            check(value > 0, var, value, "must be > 0")
         check(
             self.backoff_max_seconds >= self.backoff_base_seconds,
             "RELAY_BACKOFF_MAX_SECONDS",
@@ -255,6 +251,7 @@ class Settings:
                 "must be a URI-reference (printable, no spaces)",
             )
         self._validate_console()
+        fleet.check_settings(self, self._is_set("database_url"))  # RELAY_DATABASES
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),
@@ -380,7 +377,7 @@ class Settings:
 
 
 #: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
-DATABASE_ONLY = frozenset({"database_url"})
+DATABASE_ONLY = frozenset({"database_url", "databases"})
 #: What ``relay console`` reads: the database, its credentials and the fields it masks.
 CONSOLE_ONLY = DATABASE_ONLY | {"console_token", "console_readonly_token", "console_redact"}
 #: A console token shorter than this is refused: it must not be guessable.

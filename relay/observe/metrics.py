@@ -14,7 +14,8 @@ multiprocess mode: each child writes its counters to files in ``PROMETHEUS_MULTI
 (a fresh temporary directory unless that variable is set) and the parent's endpoint adds them up,
 along with the gauges it reads itself.
 
-Labels: ``event_type`` at most, never an id or a key.
+Labels: ``source`` (the outbox database's CloudEvents source, one per database of a fleet) and
+``event_type`` at most, never an id or a key.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class PrometheusObserver(Observer):
     _lock = threading.Lock()
 
     def __init__(self, registry: CollectorRegistry | None = prometheus_client.REGISTRY) -> None:
-        by_type = ["event_type"]
+        # source: the database the rows came from (its CloudEvents source), one value per
+        # outbox database of the fleet, never an id or a key.
+        by_type = ["source", "event_type"]
         r = registry
         self.claimed_total = Counter(
             "relay_events_claimed", "Rows leased by this relay.", registry=r
@@ -105,7 +108,7 @@ class PrometheusObserver(Observer):
             buckets=_LAG,
             registry=r,
         )
-        self._children: dict[tuple[int, str], Any] = {}
+        self._children: dict[tuple[int, str, str], Any] = {}
 
     @classmethod
     def shared(cls) -> PrometheusObserver:
@@ -116,16 +119,18 @@ class PrometheusObserver(Observer):
                 cls._shared = cls()
             return cls._shared
 
-    def _child(self, counter: Counter, event_type: str) -> Any:
-        key = (id(counter), event_type)
+    def _child(self, counter: Counter, source: str, event_type: str) -> Any:
+        key = (id(counter), source, event_type)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = counter.labels(event_type)
+            child = self._children[key] = counter.labels(source, event_type)
         return child
 
     def _count(self, counter: Counter, events: Iterable[ClaimedEvent]) -> None:
-        for event_type, n in Tally(e.event_type for e in events).items():
-            self._child(counter, event_type).inc(n)
+        for (source, event_type), n in Tally(
+            (e.source or "", e.event_type) for e in events
+        ).items():
+            self._child(counter, source, event_type).inc(n)
 
     def claimed(self, events: Sequence[ClaimedEvent], seconds: float) -> None:
         self.claim_seconds.observe(seconds)
@@ -149,7 +154,7 @@ class PrometheusObserver(Observer):
             if n == len(events):
                 self._count(counter, events)
             elif n:  # the fence refused some of them, which ones is not known: no event type
-                self._child(counter, "").inc(n)
+                self._child(counter, events[0].source or "", "").inc(n)
         if outcome.released:
             self.released_total.inc(outcome.released)
         if outcome.lost:

@@ -105,7 +105,7 @@ def test_dispatch_loop_serves_its_counters_histograms_and_the_outbox_gauges(
     assert total(samples, "relay_expired_leases") == 0
     for (name, pairs), _ in samples.items():
         if name.startswith("relay_"):
-            assert {k for k, _ in pairs} <= {"event_type", "status", "le"}, (name, pairs)
+            assert {k for k, _ in pairs} <= {"source", "event_type", "status", "le"}, (name, pairs)
 
 
 def test_prefork_celery_worker_adds_up_its_children_and_reads_the_gauges_once(

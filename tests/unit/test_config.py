@@ -51,6 +51,7 @@ BAD_VALUES = [
     ("RELAY_CONSOLE_REDACT", "password,,card_number", "empty field name"),
     ("RELAY_LISTEN_URL", "mysql://root@db/app", "must be a PostgreSQL URL"),
     ("RELAY_SOURCE", "/shop orders", "URI-reference"),
+    ("RELAY_DATABASES", "orders", "not a name=URL pair"),
 ]
 
 
@@ -118,6 +119,9 @@ EDGE_VALUES = [
     ("RELAY_CONSOLE_REDACT", "password,card_number,Authorization"),
     ("RELAY_SOURCE", "/shop/orders"),
     ("RELAY_SOURCE", "urn:example:shop:" + "x" * 400),
+    ("RELAY_DATABASES", "a=sqlite:///a.db"),
+    # One database only: with several, the row commands refuse to guess (test_cli_edges).
+    ("RELAY_DATABASES", "x" * 40 + "=sqlite:///x.db"),
 ]
 
 

@@ -56,10 +56,10 @@ def test_observer_counts_by_event_type_and_only_what_was_recorded() -> None:
     observer.recorded(Recorded([], b, a, 2, 3, False, (0, 1, 1)))
     observer.lease_lost(2)
     value = registry.get_sample_value
-    assert value("relay_events_sent_total", {"event_type": "a"}) == 3
-    assert value("relay_events_sent_total", {"event_type": "b"}) == 1
-    assert value("relay_events_rescheduled_total", {"event_type": "b"}) == 1
-    assert value("relay_events_failed_total", {"event_type": ""}) == 1
+    assert value("relay_events_sent_total", {"source": "", "event_type": "a"}) == 3
+    assert value("relay_events_sent_total", {"source": "", "event_type": "b"}) == 1
+    assert value("relay_events_rescheduled_total", {"source": "", "event_type": "b"}) == 1
+    assert value("relay_events_failed_total", {"source": "", "event_type": ""}) == 1
     assert value("relay_events_claimed_total") == 4
     assert value("relay_events_released_total") == 2
     assert value("relay_lease_lost_total") == 5
@@ -67,3 +67,15 @@ def test_observer_counts_by_event_type_and_only_what_was_recorded() -> None:
     assert value("relay_delivery_lag_seconds_sum") >= 6
     assert value("relay_publish_seconds_count") == 1
     assert value("relay_claim_seconds_count") == 1
+
+
+def test_counters_carry_each_events_source() -> None:
+    """Rows of two databases (one fleet) count under their own source label."""
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    orders = [ClaimedEvent(1, "t", {}, None, None, 1, datetime.now(UTC), source="/shop/orders")]
+    billing = [ClaimedEvent(1, "t", {}, None, None, 1, datetime.now(UTC), source="/shop/billing")]
+    observer.recorded(Recorded([*orders, *billing], [], [], 0, 0, True, (2, 0, 0)))
+    value = registry.get_sample_value
+    assert value("relay_events_sent_total", {"source": "/shop/orders", "event_type": "t"}) == 1
+    assert value("relay_events_sent_total", {"source": "/shop/billing", "event_type": "t"}) == 1

@@ -1,0 +1,54 @@
+"""share_fanout: a claim for each database with work before a second; RELAY_MAX_FANOUT holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay.policy import share_fanout
+
+
+@pytest.mark.parametrize(
+    ("backlogs", "max_fanout", "expected"),
+    [
+        # Idle everywhere: no task at all.
+        ({"a": 0, "b": 0}, 8, ()),
+        # A million-row backlog beside ten events: the quiet one is served in the first round.
+        (
+            {"big": 1_000_000, "quiet": 10},
+            8,
+            ("big", "quiet", "big", "big", "big", "big", "big", "big"),
+        ),
+        # Demand below the share: each gets what it wants, nothing more.
+        ({"a": 150, "b": 50}, 8, ("a", "b", "a")),
+        # Rounds interleave the queue: a, b, c, then a and b again.
+        ({"a": 500, "b": 200, "c": 100}, 5, ("a", "b", "c", "a", "b")),
+        # One database alone takes the whole fan-out.
+        ({"a": 10_000}, 3, ("a", "a", "a")),
+    ],
+)
+def test_table(backlogs: dict[str, int], max_fanout: int, expected: tuple[str, ...]) -> None:
+    """The sends for a tick, from the table (batch size 100)."""
+    assert share_fanout(backlogs, 100, max_fanout) == expected
+
+
+def test_never_more_than_max_fanout() -> None:
+    """RELAY_MAX_FANOUT holds overall, whatever the backlogs."""
+    backlogs = {f"db{i}": 10_000 for i in range(12)}
+    assert len(share_fanout(backlogs, 100, 8)) == 8
+
+
+def test_more_databases_with_work_than_tasks_rotate_by_turn() -> None:
+    """With fewer tasks than databases with work, successive ticks serve every database."""
+    backlogs = {f"db{i}": 5 for i in range(5)}
+    served: set[str] = set()
+    for turn in range(3):
+        sends = share_fanout(backlogs, 100, 2, turn=turn)
+        assert len(sends) == 2
+        served.update(sends)
+    assert served == set(backlogs)
+
+
+def test_bad_arguments_are_refused() -> None:
+    """A batch size or fan-out below 1 is a programming error, refused."""
+    with pytest.raises(ValueError, match="must be >= 1"):
+        share_fanout({"a": 1}, 0, 8)
