@@ -1,9 +1,11 @@
 """``--source NAME``: which of the fleet's databases (``RELAY_DATABASES``) a command acts on.
 
-Three kinds of command (:data:`SCOPES`):
+The kinds of command (:data:`SCOPES`):
 
-- ``one`` (``failed``, ``pending``, ``purge-sent``, ``inbox``, ``console``): acts on one
-  database; with several configured and no ``--source``, refused naming the choices.
+- ``one`` (``failed``, ``pending``, ``purge-sent``, ``inbox``): acts on one database; with
+  several configured and no ``--source``, refused naming the choices.
+- ``all`` (``console``): one process over every database (a console each, side by side), or
+  the one ``--source`` names.
 - ``each`` (``migrate``, ``status``, ``doctor``, ``probe``): runs once per database, or for the
   one ``--source`` names; its text output is headed by the database's name, and its ``--json``
   becomes ``{"databases": {"orders": ..., "billing": ...}}`` (one database: unchanged).
@@ -36,7 +38,7 @@ SCOPES: dict[str, str] = {
     "pending": "one",
     "purge-sent": "one",
     "inbox": "one",
-    "console": "one",
+    "console": "all",
     "migrate": "each",
     "status": "each",
     "doctor": "self",
@@ -50,7 +52,7 @@ def add_option(name: str, parser: argparse.ArgumentParser) -> None:
     if scope is None:
         return
     what = "the database to act on" if scope == "one" else "only this database"
-    scope = "each" if scope == "self" else scope
+    scope = "each" if scope in ("self", "all") else scope
     text = (
         f"{what}, by its RELAY_DATABASES name (needed when several are configured)"
         if scope == "one"
@@ -79,6 +81,8 @@ def run(
         return int(handler(settings, args) or 0)
     if scope == "one":
         return int(handler(pick(settings, source)[1], args) or 0)
+    if scope == "all":  # one process serving every database unless --source names one
+        return int(handler(settings if source is None else pick(settings, source)[1], args) or 0)
     chosen = [pick(settings, source)] if source is not None else list(each(settings))
     if not several(settings) or source is not None:
         return int(handler(chosen[0][1], args) or 0)

@@ -3,12 +3,14 @@ FastAPI application, or served alone by ``relay console``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from relay.config import Settings
@@ -60,9 +62,16 @@ class _Console:
         await self.inner(scope, receive, with_headers)
 
 
-def app(engine: Engine, settings: Settings) -> ASGIApp:
+def app(
+    engine: Engine,
+    settings: Settings,
+    *,
+    database: str | None = None,
+    databases: tuple[str, ...] = (),
+) -> ASGIApp:
     """The console over ``engine``'s outbox, with the credentials and masked fields of
-    ``settings``; refuses to build without a token (never an open console)."""
+    ``settings``; refuses to build without a token (never an open console). ``database`` and
+    ``databases`` name it among consoles mounted side by side (:func:`several`)."""
     if not settings.console_token and not settings.console_readonly_token:
         raise ConfigError(
             "RELAY_CONSOLE_TOKEN: the console needs RELAY_CONSOLE_TOKEN or "
@@ -72,6 +81,8 @@ def app(engine: Engine, settings: Settings) -> ASGIApp:
         OperationsStore(engine),
         Guard(settings.console_token, settings.console_readonly_token),
         settings.console_redact_fields,
+        database=database,
+        databases=databases,
     )
     routes = [
         *api.routes(console),
@@ -81,4 +92,23 @@ def app(engine: Engine, settings: Settings) -> ASGIApp:
     return _Console(Starlette(routes=routes))
 
 
-__all__ = ["Console", "app"]
+def several(consoles: Mapping[str, tuple[Engine, Settings]]) -> ASGIApp:
+    """One console per outbox database (``RELAY_DATABASES``), each mounted at ``/<name>/`` with
+    its own API (``/<name>/api/status``, ...) and a switcher between them in the header; ``/``
+    leads to the first. Each signs in on its own path, with the same tokens."""
+    if not consoles:
+        raise ConfigError("RELAY_DATABASES: the console needs at least one database")
+    names = tuple(consoles)
+    mounts: list[BaseRoute] = [
+        Mount(f"/{name}", app(engine, s, database=name, databases=names))
+        for name, (engine, s) in consoles.items()
+    ]
+
+    async def first(request: Request) -> Response:
+        root = str(request.scope.get("root_path", ""))
+        return RedirectResponse(f"{root}/{names[0]}/", status_code=307)
+
+    return Starlette(routes=[Route("/", first), *mounts])
+
+
+__all__ = ["Console", "app", "several"]

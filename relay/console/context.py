@@ -19,10 +19,22 @@ HERE = Path(__file__).parent
 class Console:
     """What every handler needs: the store, the guard, the masked fields, the templates."""
 
-    def __init__(self, store: OperationsStore, guard: Guard, redact: frozenset[str]) -> None:
+    def __init__(
+        self,
+        store: OperationsStore,
+        guard: Guard,
+        redact: frozenset[str],
+        *,
+        database: str | None = None,
+        databases: tuple[str, ...] = (),
+    ) -> None:
         self.store = store
         self.guard = guard
         self.redact = redact
+        #: With several outbox databases: this console's name, and every console's, mounted
+        #: side by side (:func:`relay.console.several`), for the switcher in the header.
+        self.database = database
+        self.databases = databases
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
         )

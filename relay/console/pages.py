@@ -45,7 +45,21 @@ def routes(c: Console) -> list[Route]:
         def url(route: str, **params: Any) -> str:
             return str(request.url_for(route, **params).path)
 
-        context = {"cred": cred, "url": url, "now": datetime.now(UTC), **ctx}
+        def sibling(database: str) -> str:
+            # Mounted side by side under one parent: /<parent>/<this> -> /<parent>/<database>/
+            root = str(request.scope.get("app_root_path", ""))
+            parent = root[: -len(c.database) - 1] if c.database else root
+            return f"{parent}/{database}/"
+
+        context = {
+            "cred": cred,
+            "url": url,
+            "now": datetime.now(UTC),
+            "database": c.database,
+            "databases": c.databases,
+            "sibling": sibling,
+            **ctx,
+        }
         response: Response = c.templates.TemplateResponse(
             request, name, context, status_code=status
         )

@@ -1,5 +1,6 @@
-"""``relay console``: serve the console with uvicorn; without a token, make one and print the
-sign-in link (as Jupyter does), never an open console."""
+"""``relay console``: serve the console with uvicorn (one per database, side by side, when the
+settings name several); without a token, make one and print the sign-in link (as Jupyter does),
+never an open console."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from urllib.parse import quote
 
 from relay.config import Settings
+from relay.config.databases import each, several
 from relay.console.auth import new_token
 from relay.store.engine import create_engine
 
@@ -30,13 +32,16 @@ _TOKEN = re.compile(r"token=[^&\s]*")
 def serve(settings: Settings, host: str, port: int) -> int:
     import uvicorn
 
-    from relay.console import app
+    from relay import console
 
     made_up = not settings.console_token and not settings.console_readonly_token
     if made_up:
         settings = dataclasses.replace(settings, console_token=new_token())
     shown = f"[{host}]" if ":" in host else host
-    base = f"http://{shown}:{port}/"
+    databases = each(settings) if several(settings) else (("", settings),)
+    # Several databases: a console each at /<name>/; the link signs in to the first.
+    first = f"{databases[0][0]}/" if several(settings) else ""
+    base = f"http://{shown}:{port}/{first}"
     if made_up:
         print(
             "relay console: no RELAY_CONSOLE_TOKEN set; this run's operator token signs you in:\n"
@@ -46,11 +51,13 @@ def serve(settings: Settings, host: str, port: int) -> int:
     else:
         print(f"relay console: sign in at {base}signin", flush=True)
     logging.getLogger("uvicorn.access").addFilter(_HideTokens())
-    engine = create_engine(settings.database_url)
+    engines = {name: (create_engine(s.database_url), s) for name, s in databases}
     try:
-        uvicorn.run(app(engine, settings), host=host, port=port, log_level="info")
+        served = console.several(engines) if several(settings) else console.app(*engines[""])
+        uvicorn.run(served, host=host, port=port, log_level="info")
     finally:
-        engine.dispose()
+        for engine, _ in engines.values():
+            engine.dispose()
     return 0
 
 

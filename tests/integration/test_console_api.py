@@ -9,10 +9,13 @@ import sys
 
 import pytest
 import sqlalchemy as sa
+from starlette.testclient import TestClient
 
+from relay import console
+from relay.store.engine import create_engine
 from relay.store.schema import audit
 from tests.support import console as web
-from tests.support import rows
+from tests.support import databases, rows
 from tests.support.console import OPERATOR_TOKEN, VIEWER_TOKEN, bearer
 
 API_GETS = ["/api/status", "/api/events", "/api/events/1", "/api/audit"]
@@ -333,3 +336,42 @@ def test_sign_in_stays_on_this_site(engine: sa.Engine) -> None:
         for away in ("//evil.example/", "/\\evil.example", "https://evil.example/"):
             r = c.post("/signin", data={**data, "next": away})
             assert r.headers["location"] == "/"
+
+
+def test_several_databases_get_a_console_each_side_by_side(
+    backend_pool: databases.BackendPool,
+) -> None:
+    """With several outbox databases, ``relay.console.several`` mounts one console per
+    database at ``/<name>/``: each API answers from its own database alone, ``/`` leads to the
+    first, every page links to each database's console, and each still needs a credential."""
+    with (
+        backend_pool.database("postgresql") as orders_url,
+        backend_pool.database("mysql") as billing_url,
+    ):
+        engines = {"orders": create_engine(orders_url), "billing": create_engine(billing_url)}
+        try:
+            web.add(engines["orders"], 2, "failed", event_type="order.lost")
+            web.add(engines["billing"], 3, "pending", event_type="invoice.due")
+            app = console.several(
+                {name: (engine, web.settings(str(engine.url))) for name, engine in engines.items()}
+            )
+            with TestClient(app, base_url="http://testserver", follow_redirects=False) as c:
+                first = c.get("/")
+                assert first.status_code == 307
+                assert first.headers["location"] == "/orders/"
+                assert c.get("/billing/api/status").status_code == 401
+                for name, status, count in (("orders", "failed", 2), ("billing", "pending", 3)):
+                    listed = c.get(f"/{name}/api/events", headers=bearer()).json()["events"]
+                    assert {e["status"] for e in listed} == {status}
+                    assert len(listed) == count
+                signed_in = c.get(f"/billing/signin?token={OPERATOR_TOKEN}")
+                assert signed_in.status_code == 303
+                page = c.get("/billing/events")
+                assert page.status_code == 200
+                assert 'href="/orders/"' in page.text
+                assert 'href="/billing/" aria-current="page"' in page.text
+                assert "invoice.due" in page.text
+                assert "order.lost" not in page.text
+        finally:
+            for engine in engines.values():
+                engine.dispose()
