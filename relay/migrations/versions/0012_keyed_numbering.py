@@ -63,15 +63,21 @@ WHEN (NEW.ordering_key IS NOT NULL AND NEW.seq IS NULL)
 EXECUTE FUNCTION relay_outbox_seq()
 """
 
-# The SELECT after the upsert reads this transaction's own new version of the row (a consistent
+# An existing key's row is locked by a plain UPDATE: only a key's first writer inserts, which is
+# where InnoDB can pick a deadlock victim among racing inserters (as relay.enqueue did before).
+# The SELECT after it reads this transaction's own new version of the row (a consistent
 # read always sees its own changes), so no LAST_INSERT_ID() is involved: that one is the
 # outbox's AUTO_INCREMENT id the caller reads back.
 _MYSQL_TRIGGER = """
 CREATE TRIGGER relay_outbox_seq BEFORE INSERT ON outbox FOR EACH ROW
 BEGIN
     IF NEW.ordering_key IS NOT NULL AND NEW.seq IS NULL THEN
-        INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (NEW.ordering_key, 1)
-            ON DUPLICATE KEY UPDATE last_seq = last_seq + 1;
+        UPDATE outbox_sequence SET last_seq = last_seq + 1
+            WHERE ordering_key = NEW.ordering_key;
+        IF ROW_COUNT() = 0 THEN
+            INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (NEW.ordering_key, 1)
+                ON DUPLICATE KEY UPDATE last_seq = last_seq + 1;
+        END IF;
         SET NEW.seq = (
             SELECT last_seq FROM outbox_sequence WHERE ordering_key = NEW.ordering_key
         );
