@@ -86,7 +86,7 @@ class Plan:
     writers_seconds: float = 1.5
     #: bench.producers: producer processes per run, seconds per run.
     producers_processes: list[int] = field(default_factory=lambda: [1, 4])
-    producers_seconds: float = 2.0
+    producers_seconds: float = 4.0
     #: bench.versus: events per run, processes per side, other revisions of the relay beside it.
     versus_events: int = 20_000
     versus_processes: int = 4
