@@ -26,6 +26,7 @@ from bench import (
     fairness,
     latency,
     ordering,
+    producers,
     report,
     services,
     throughput,
@@ -84,6 +85,9 @@ class Plan:
     writers: list[int] = field(default_factory=lambda: [1, 8, 32, 64])
     business_writers: list[int] = field(default_factory=lambda: [1, 8, 32])
     writers_seconds: float = 1.5
+    #: bench.producers: producer processes per run, seconds per run.
+    producers_processes: list[int] = field(default_factory=lambda: [1, 4])
+    producers_seconds: float = 4.0
     #: bench.versus: events per run, processes per side, other revisions of the relay beside it.
     versus_events: int = 20_000
     versus_processes: int = 4
@@ -183,6 +187,8 @@ QUICK = Plan(
     fairness_backlog=60_000,
     fairness_seconds=3.0,
     fairness_processes=[1],
+    producers_processes=[1],
+    producers_seconds=0.5,
 )
 
 #: The sections, in the order a full run measures them.
@@ -230,6 +236,7 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "fairness": lambda p: fairness.run(
         p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes
     ),
+    "producers": lambda p: producers.run(p.producers_processes, p.producers_seconds, p.reps),
 }
 
 

@@ -14,8 +14,10 @@ holds it, with no circle):
 - ``store/``: engines, schema, migrations and the two stores (``dispatch``: the relay's verbs;
   ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is built.
 - ``publishers/``: the message on the wire and one publisher per kind of broker.
-- ``produce/``: ``enqueue`` in the caller's transaction. ``consume/``: inbox, event consumer,
-  dead letters. ``observe/``: the observer seam, Prometheus metrics, OpenTelemetry tracing.
+- ``produce/``: the producer core (checks, row) and its adapters: ``enqueue`` in the caller's
+  sync transaction, ``aio`` (public as ``relay.aio``) in an asyncio one. ``consume/``: inbox,
+  event consumer, dead letters. ``observe/``: the observer seam, Prometheus metrics,
+  OpenTelemetry tracing.
 - ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
   the wake-up listener, and the runner that builds a relay process for the CLI and Celery.
 - ``celery/`` (the only room importing Celery, with the ``relay demo`` command), ``console/``

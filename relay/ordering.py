@@ -127,3 +127,17 @@ __all__ = [
     "hold_back_after_failures",
     "sendable_runs",
 ]
+
+
+def publish_order(events: Iterable[ClaimedEvent]) -> list[ClaimedEvent]:
+    """``events`` oldest id first, except that each key's rows take that key's places in
+    ``seq`` order: an id is drawn when a row is inserted, its number when the key's turn comes
+    (a writer that waited on the key's lock has an older id and a later number), so id order
+    alone could publish a key out of order."""
+    ordered = sorted(events, key=lambda e: e.id)
+    by_key: dict[str | None, list[ClaimedEvent]] = {}
+    for event in ordered:
+        if event.seq is not None:
+            by_key.setdefault(event.ordering_key, []).append(event)
+    runs = {key: iter(sorted(rows, key=lambda e: e.seq or 0)) for key, rows in by_key.items()}
+    return [next(runs[e.ordering_key]) if e.seq is not None else e for e in ordered]

@@ -7,7 +7,6 @@ verbs are in :mod:`relay.store.operations`. The statements live in
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -81,7 +80,7 @@ class DispatchStore(BaseStore):
         self, conn: Connection, worker: str, limit: int, lease_seconds: float
     ) -> list[ClaimedEvent]:
         rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
-        return sorted(ClaimedEvent.from_claims(rows, json_loads_many, self.source), key=_by_id)
+        return ordering.publish_order(ClaimedEvent.from_claims(rows, json_loads_many, self.source))
 
     def _record(
         self,
@@ -209,8 +208,6 @@ class DispatchStore(BaseStore):
 
 #: The name the dispatcher, the lease keeper and the wake-ups have always used.
 Store = DispatchStore
-
-_by_id = operator.attrgetter("id")
 
 
 def _keys(events: Sequence[ClaimedEvent]) -> list[tuple[int, int]]:

@@ -8,7 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from relay.ordering import RunGuard, broken_runs, cut_runs, hold_back_after_failures, sendable_runs
+from relay.ordering import (
+    RunGuard,
+    broken_runs,
+    cut_runs,
+    hold_back_after_failures,
+    publish_order,
+    sendable_runs,
+)
 from relay.records import ClaimedEvent, PublishResult
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -135,3 +142,23 @@ def test_a_key_is_marked_sent_only_up_to_its_first_gap(
     assert {key: _names(run) for key, run in runs.items()} == {
         key: names.split() for key, names in marked.items()
     }
+
+
+@pytest.mark.parametrize(
+    ("spec", "order"),
+    [
+        # id order is kept where it agrees with every key's numbers
+        ("k1 _2 j1 k2", ["k1", "_2", "j1", "k2"]),
+        # a writer that waited on its key's lock holds an older id and a later number: the key's
+        # rows swap places, other rows keep theirs
+        ("k2 _2 k1 j1 k3", ["k1", "_2", "k2", "j1", "k3"]),
+        # two keys both out of id order, interleaved
+        ("j3 k2 j1 k1 j2", ["j1", "k1", "j2", "k2", "j3"]),
+    ],
+)
+def test_a_batch_publishes_each_key_in_number_order_whatever_the_ids(
+    spec: str, order: list[str]
+) -> None:
+    """publish_order: oldest id first, each key's rows in its places in seq order."""
+    events = _events(spec)
+    assert _names(publish_order(reversed(events))) == order
