@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import kombu
 import pytest
