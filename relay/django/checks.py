@@ -45,7 +45,9 @@ def _check(alias: str) -> list[checks.CheckMessage]:
     if at is None:
         return [
             checks.Warning(
-                f"the relay's tables are missing on database {alias!r}", hint=hint, id="relay.W001"
+                f"the relay's tables are missing on database {alias!r} (migrate creates them)",
+                hint=hint,
+                id="relay.W001",
             )
         ]
     if at == head:
