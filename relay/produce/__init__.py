@@ -1,5 +1,7 @@
 """The producer side: writing events (and Celery tasks) in the caller's own transaction.
 
-``enqueue`` validates an event, builds its row, takes a keyed event's place in its key's order
-and arms the after-commit wake-up; nothing here talks to a broker.
+``core`` validates an event and builds its row (shared by every adapter); ``sync`` executes it
+on a SQLAlchemy Session or Connection, ``aio`` on an AsyncSession or AsyncConnection; ``wake``
+arms the after-commit wake-up; ``enqueue`` is the sync public face (``relay.enqueue``). A keyed
+row is numbered by the database's trigger; nothing here talks to a broker.
 """

@@ -150,16 +150,16 @@ def test_unroutable_row_holds_its_key_and_the_rest_of_the_run_is_withheld(
     assert all(r["status"] == "sent" for r in rows(engine, *other).values())
 
 
-def test_plain_sql_keyed_row_without_a_number_is_relayed_unordered(
+def test_plain_sql_keyed_row_without_a_number_is_numbered_in_its_key(
     store: Store, engine: sa.Engine
 ) -> None:
-    """A keyed row written by plain SQL without ``seq`` (or before the migration) is valid and
-    relayed, outside its key's order."""
+    """A keyed row written by plain SQL without ``seq`` gets its key's next number from the
+    database (migration 0012) and is relayed in its key's order."""
     enqueue_many(engine, 1, ordering_key="k")
     with engine.begin() as conn:
-        conn.execute(sa.insert(outbox).values(event_type="legacy", payload={}, ordering_key="k"))
+        conn.execute(sa.insert(outbox).values(event_type="plain", payload={}, ordering_key="k"))
     claimed = store.claim("w", 100, lease_seconds=60)
-    assert sorted((e.event_type, e.seq) for e in claimed) == [("legacy", None), ("test.event", 1)]
+    assert [(e.event_type, e.seq) for e in claimed] == [("test.event", 1), ("plain", 2)]
 
 
 def test_lock_keys_lets_crossing_multi_key_transactions_wait_instead_of_deadlocking(

@@ -66,7 +66,8 @@ def roles() -> Iterator[Roles]:
     """An empty database and three new roles, granted as the page says; all dropped after."""
     services.require("PostgreSQL", services.PG_ADMIN_URL)
     tag = uuid.uuid4().hex[:10]
-    r = Roles(f"relay_roles_{tag}", {k: f"relay_{k}_{tag}" for k in ("owner", "producer", "relay")})
+    names = {k: f"relay_{k}_{tag}" for k in ("owner", "producer", "relay", "writer")}
+    r = Roles(f"relay_roles_{tag}", names)
     admin = sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{r.database}"'))
@@ -95,6 +96,45 @@ def _refused(engine: sa.Engine, statement: str) -> bool:
         text = str(exc)
         return any(w in text for w in ("permission denied", "must be owner", "command denied"))
     return False
+
+
+def _insert_only_writer_numbers_its_keys(roles: Roles, database: str) -> None:
+    """The page's insert-only writer (``roles: DATABASE writer``), created by the administrator,
+    writes two keyed rows by plain SQL: the trigger numbers them after the producer's (the
+    producer enqueued one event of ``cart-1`` on MariaDB, two on PostgreSQL), and the writer
+    may not read or touch the sequence itself."""
+    admin = sa.create_engine(
+        sa.make_url(roles.admin_url).set(database=roles.database), isolation_level="AUTOCOMMIT"
+    )
+    writer = create_engine(roles.url("writer"))
+    try:
+        with admin.connect() as conn:
+            for statement in roles.sql(documented("writer", database)):
+                conn.execute(sa.text(statement))
+        with writer.begin() as conn:
+            for n in (1, 2):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO outbox (event_type, payload, ordering_key)"
+                        " VALUES ('plain.keyed', :p, 'cart-1')"
+                    ),
+                    {"p": json.dumps({"n": n})},
+                )
+        with admin.connect() as conn:
+            numbers = conn.execute(
+                sa.text("SELECT seq FROM outbox WHERE event_type = 'plain.keyed' ORDER BY id")
+            ).scalars()
+            first = 3 if database == "postgresql" else 2
+            assert list(numbers) == [first, first + 1]
+        for statement in (
+            "SELECT last_seq FROM outbox_sequence",
+            "UPDATE outbox_sequence SET last_seq = 0",
+            "SELECT payload FROM outbox",
+        ):
+            assert _refused(writer, statement), f"the writer may: {statement}"
+    finally:
+        writer.dispose()
+        admin.dispose()
 
 
 def _relay(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -128,11 +168,13 @@ def test_three_roles_work_with_exactly_the_documented_grants(
                 conn.execute(sa.text(statement))
 
         with Session(producer) as session, session.begin():
+            relay.lock_keys(session, ["cart-1"])
             relay.enqueue(session, "shop.order", {"n": 1})
             relay.enqueue(session, "shop.order", {"n": 2}, ordering_key="cart-1")
             relay.enqueue(session, "shop.order", {"n": 3}, ordering_key="cart-1")
         with producer.begin() as conn:
             conn.execute(sa.text("INSERT INTO outbox (event_type, payload) VALUES ('plain', '{}')"))
+        _insert_only_writer_numbers_its_keys(roles, "postgresql")
         for statement in (
             "SELECT payload FROM outbox",
             "UPDATE outbox SET status = 'sent'",
@@ -141,6 +183,7 @@ def test_three_roles_work_with_exactly_the_documented_grants(
             "SELECT sent_seq FROM outbox_progress",
             "CREATE TABLE stolen (x int)",
             "DROP TRIGGER relay_outbox_notify ON outbox",
+            "DROP TRIGGER relay_outbox_seq ON outbox",
         ):
             assert _refused(producer, statement), f"the producer may: {statement}"
 
@@ -148,7 +191,7 @@ def test_three_roles_work_with_exactly_the_documented_grants(
         url = roles.url("relay")
         out = _relay(url, "dispatch", "--once", **env)
         assert out.returncode == 0, out.stderr
-        assert len(collector.drain(4, timeout=20)) == 4
+        assert len(collector.drain(6, timeout=20)) == 6
         OperationsStore(relay_engine).beat("relay.tick")
         for args in (
             ("status", "--json"),
@@ -184,7 +227,7 @@ def mariadb_roles() -> Iterator[Roles]:
     """An empty MariaDB database and three new users created as the page says; all dropped."""
     services.require("MariaDB", services.MYSQL_ADMIN_URL)
     tag = uuid.uuid4().hex[:10]
-    names = {k: f"relay_{k[:4]}_{tag}" for k in ("owner", "producer", "relay")}
+    names = {k: f"relay_{k[:4]}_{tag}" for k in ("owner", "producer", "relay", "writer")}
     r = Roles(f"relay_roles_{tag}", names, services.MYSQL_ADMIN_URL)
     admin = sa.create_engine(services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
@@ -216,8 +259,10 @@ def test_three_users_work_with_exactly_the_documented_grants_on_mariadb(
             for statement in r.sql(documented("tables", "mariadb")):
                 conn.execute(sa.text(statement))
         with Session(producer) as session, session.begin():
+            relay.lock_keys(session, ["cart-1"])
             relay.enqueue(session, "shop.order", {"n": 1})
             relay.enqueue(session, "shop.order", {"n": 2}, ordering_key="cart-1")
+        _insert_only_writer_numbers_its_keys(r, "mariadb")
         for statement in (
             "SELECT payload FROM outbox",
             "UPDATE outbox SET status = 'sent'",
@@ -228,7 +273,7 @@ def test_three_users_work_with_exactly_the_documented_grants_on_mariadb(
         env = {"RELAY_BROKER_URL": amqp_url, "RELAY_EXCHANGE": exchange_name}
         out = _relay(r.url("relay"), "dispatch", "--once", **env)
         assert out.returncode == 0, out.stderr
-        assert len(collector.drain(2, timeout=20)) == 2
+        assert len(collector.drain(4, timeout=20)) == 4
         for args in (("status", "--json"), ("purge-sent", "--older-than", "0s")):
             out = _relay(r.url("relay"), *args, **env)
             assert out.returncode == 0, f"relay {' '.join(args)}: {out.stderr}"

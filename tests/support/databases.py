@@ -155,6 +155,24 @@ class MySQLBackend(ServerBackend):
                     f"SELECT * FROM {tpl}.relay_alembic_version"
                 )
             )
+            # CREATE TABLE … LIKE copies no trigger: re-create the template's (migration 0012's
+            # keyed numbering) from their own definitions, in the new database.
+            triggers = conn.execute(
+                sa.text(
+                    "SELECT trigger_name FROM information_schema.triggers"
+                    " WHERE trigger_schema = :tpl ORDER BY trigger_name"
+                ),
+                {"tpl": self.template},
+            ).scalars()
+            definitions = [
+                conn.execute(sa.text(f"SHOW CREATE TRIGGER {tpl}.{self.q(name)}")).one()[2]
+                for name in list(triggers)
+            ]
+            if definitions:
+                conn.execute(sa.text(f"USE {target}"))
+                for definition in definitions:
+                    conn.exec_driver_sql(definition)
+                conn.execute(sa.text(f"USE {self.q(sa.make_url(self.admin_url).database or '')}"))
 
 
 class SQLiteBackend(Backend):

@@ -1,0 +1,234 @@
+"""The producer core shared by every adapter (sync SQLAlchemy, asyncio, Django): validation,
+the row's values and the statement that writes it. No I/O here.
+
+Every check runs before an adapter executes anything, so a bad event raises
+:class:`~relay.exceptions.EventError` (naming the field) inside the caller's transaction and
+nothing is written.
+
+A keyed row carries no number: since migration 0012 the database's trigger takes the key's next
+number in the writer's transaction (see docs/ordering.md), the same for every writer, in any
+language. An adapter only executes :meth:`Row.statement` with :attr:`Row.values` in its
+caller's transaction and arms :attr:`Producer.wake` for after the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Insert
+from sqlalchemy.orm import Session
+
+from relay import config
+from relay.exceptions import EventError
+from relay.observe import tracing
+from relay.produce import sync
+from relay.produce.wake import WakeUp
+from relay.publishers.message import RESERVED_HEADERS, TASK_HEADER, encode_body
+from relay.store import dialects
+
+MAX_NAME_BYTES = 255  # an AMQP routing key is a shortstr: at most 255 bytes
+DEFAULT_MAX_PAYLOAD_BYTES = config.DEFAULT_MAX_PAYLOAD_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One validated event: the values to bind and whether it is delayed."""
+
+    values: dict[str, Any]
+    delayed: bool
+
+    def statement(self, dialect_name: str) -> Insert:
+        """The INSERT that writes this row on dialect ``dialect_name`` (keyed rows are
+        numbered by the database's trigger)."""
+        return dialects.for_name(dialect_name).insert_event(delayed=self.delayed, ordered=False)
+
+
+class Producer:
+    """Validates events and builds their rows; ``relay.enqueue`` is the default instance's."""
+
+    def __init__(
+        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, wake: WakeUp | None = None
+    ) -> None:
+        self.max_payload_bytes = max_payload_bytes
+        self.wake = wake
+
+    def enqueue(
+        self,
+        session_or_connection: Session | Connection,
+        event_type: str,
+        payload: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        delay: timedelta | float | None = None,
+    ) -> int:
+        """Write one event in the caller's (sync SQLAlchemy) transaction; returns its id."""
+        row = self.event(
+            event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
+        )
+        return sync.write(session_or_connection, row, self.wake)
+
+    def enqueue_task(
+        self,
+        session_or_connection: Session | Connection,
+        name: str,
+        body: Any,
+        task: Mapping[str, Any],
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        delay: timedelta | float | None = None,
+    ) -> int:
+        """Write a Celery task message (``relay.celery.send_task`` builds ``task``: route,
+        protocol headers and properties) in the caller's transaction; returns its outbox id."""
+        row = self.task(name, body, task, headers=headers, ordering_key=ordering_key, delay=delay)
+        return sync.write(session_or_connection, row, self.wake)
+
+    def event(
+        self,
+        event_type: str,
+        payload: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Row:
+        """The row of one event, every field checked."""
+        return self._row(event_type, payload, check_headers(headers), ordering_key, delay)
+
+    def task(
+        self,
+        name: str,
+        body: Any,
+        task: Mapping[str, Any],
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Row:
+        """The row of a Celery task message (``task``: route, protocol headers, properties)."""
+        merged = dict(check_headers(headers) or {})
+        merged[TASK_HEADER] = dict(task)
+        return self._row(name, body, merged, ordering_key, delay)
+
+    def _row(
+        self,
+        event_type: str,
+        payload: Any,
+        headers: dict[str, Any] | None,
+        ordering_key: str | None,
+        delay: timedelta | float | None,
+    ) -> Row:
+        values: dict[str, Any] = {
+            "event_type": check_name("event_type", event_type),
+            "payload": self.check_payload(payload),
+            "headers": tracing.capture(headers),
+            "ordering_key": None
+            if ordering_key is None
+            else check_name("ordering_key", ordering_key),
+        }
+        seconds = check_delay(delay)
+        if seconds:
+            values["delay_seconds"] = seconds
+        return Row(values, delayed=bool(seconds))
+
+    def check_payload(self, payload: Any) -> Any:
+        """``payload`` if it encodes as JSON within the cap."""
+        try:
+            size = len(encode_body(payload))
+        except (TypeError, ValueError) as exc:
+            raise EventError("payload", f"is not JSON-serializable: {exc}") from None
+        if size > self.max_payload_bytes:
+            raise EventError(
+                "payload", f"is {size} bytes as JSON, over the cap of {self.max_payload_bytes}"
+            )
+        return payload
+
+    def configure(
+        self, *, max_payload_bytes: int | None = None, wake: WakeUp | None = None
+    ) -> None:
+        """Change the payload cap and the after-commit wake-up."""
+        if max_payload_bytes is not None:
+            if max_payload_bytes < 1:
+                raise EventError("max_payload_bytes", "must be >= 1")
+            self.max_payload_bytes = max_payload_bytes
+        if wake is not None:
+            self.wake = wake
+
+
+def check_name(field: str, value: object) -> str:
+    """``value`` if it is a non-empty str that fits an AMQP shortstr and carries no NUL."""
+    if not isinstance(value, str):
+        raise EventError(field, f"must be a str, not {type(value).__name__}")
+    if not value:
+        raise EventError(field, "must not be empty")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise EventError(field, f"is {size} bytes in UTF-8, over the limit of {MAX_NAME_BYTES}")
+    if "\x00" in value:
+        raise EventError(field, "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EventError(field, "is not valid Unicode (lone surrogate)") from None
+    return value
+
+
+def check_headers(headers: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A copy of ``headers`` if every key may travel as an AMQP header and the values as JSON."""
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise EventError("headers", f"must be a mapping, not {type(headers).__name__}")
+    for key in headers:
+        if not isinstance(key, str) or not key:
+            raise EventError("headers", f"keys must be non-empty str, got {key!r}")
+        if key in RESERVED_HEADERS:
+            raise EventError("headers", f"key {key!r} is reserved for the relay")
+        if len(key.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            # An AMQP field-table key is a shortstr: the broker could never carry it.
+            raise EventError("headers", f"key {key[:20]!r}... is over {MAX_NAME_BYTES} bytes")
+    try:
+        json.dumps(dict(headers), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise EventError("headers", f"are not JSON-serializable: {exc}") from None
+    return dict(headers)
+
+
+def check_delay(delay: timedelta | float | None) -> float:
+    """``delay`` in seconds (0 for none), refused unless finite and non-negative."""
+    if delay is None:
+        return 0.0
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise EventError("delay", f"must be a timedelta or seconds, not {type(delay).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise EventError("delay", f"must be a finite, non-negative duration, got {delay!r}")
+    return seconds
+
+
+def sorted_keys(ordering_keys: Iterable[str]) -> list[str]:
+    """The distinct keys of ``ordering_keys``, each checked, in the order ``lock_keys`` locks."""
+    if isinstance(ordering_keys, str):
+        raise EventError("ordering_keys", "must be an iterable of keys, not one str")
+    return sorted({check_name("ordering_key", key) for key in ordering_keys})
+
+
+_default: Producer | None = None
+
+
+def default() -> Producer:
+    """The process-wide producer behind ``relay.enqueue``, ``relay.aio.enqueue``,
+    ``relay.django.enqueue`` and ``relay.celery.send_task``: one payload cap, one wake-up."""
+    global _default  # the one process-wide producer
+    if _default is None:
+        _default = Producer(max_payload_bytes=config.max_payload_bytes_from_env())
+    return _default
