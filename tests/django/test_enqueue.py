@@ -12,7 +12,7 @@ from django.db import connections, transaction
 import relay
 import relay.django
 from relay.exceptions import EventError
-from relay.produce import enqueue as core
+from relay.produce import core
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
 from tests.support.rows import rows
@@ -107,19 +107,27 @@ BAD: list[tuple[str, Any, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("event_type", "payload", "options"), BAD)
-def test_bad_event_is_refused_like_relay_enqueue(
-    engine: sa.Engine, event_type: Any, payload: Any, options: dict[str, Any]
-) -> None:
-    """A bad event raises the EventError relay.enqueue raises, before any statement."""
-    with pytest.raises(EventError) as sqlalchemy_error, engine.begin() as conn:
-        relay.enqueue(conn, event_type, payload, **options)
+def test_bad_events_are_refused_like_relay_enqueue(engine: sa.Engine) -> None:
+    """Each bad event raises the EventError relay.enqueue raises, before any statement."""
+    django = connections["default"]
+    django.force_debug_cursor = True  # log every statement, so "none ran" can be seen
     with transaction.atomic():
-        queries = len(connections["default"].queries_log)
-        with pytest.raises(EventError) as django_error:
-            relay.django.enqueue(event_type, payload, **options)
-        assert len(connections["default"].queries_log) == queries
-    assert str(django_error.value) == str(sqlalchemy_error.value)
+        before = len(django.queries_log)
+        relay.django.enqueue("e", {})
+        assert len(django.queries_log) > before  # a good event does run a statement
+        transaction.set_rollback(True)
+    for event_type, payload, options in BAD:
+        with pytest.raises(EventError) as sqlalchemy_error, engine.begin() as conn:
+            relay.enqueue(conn, event_type, payload, **options)
+        with transaction.atomic():
+            queries = len(django.queries_log)
+            with pytest.raises(EventError) as django_error:
+                relay.django.enqueue(event_type, payload, **options)
+            assert len(django.queries_log) == queries
+        assert str(django_error.value) == str(sqlalchemy_error.value)
+    with pytest.raises(EventError, match="ordering_keys") as one_str, transaction.atomic():
+        relay.django.lock_keys("order-1")
+    assert "not one str" in str(one_str.value)
     assert rows(engine) == {}
 
 

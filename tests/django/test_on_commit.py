@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 import relay.django
-from relay.produce import enqueue as core
+from relay.produce import core
 from relay.store.engine import create_engine
 from tests.support.rows import rows
 
