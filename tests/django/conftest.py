@@ -19,8 +19,8 @@ import pytest
 import sqlalchemy as sa
 
 # mysqlclient needs the MySQL client headers to build; PyMySQL (the suite's MySQL driver
-# already) stands in for it under Django's MySQL backend.
-pymysql.version_info = (2, 2, 1, "final", 0)
+# already, which reports a mysqlclient-compatible version_info) stands in for it under
+# Django's MySQL backend.
 pymysql.install_as_MySQLdb()
 
 import django  # noqa: E402  (after the MySQLdb shim)
