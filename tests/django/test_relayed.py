@@ -13,6 +13,7 @@ from django.db import transaction
 
 import relay.django
 from relay.config import Settings
+from relay.exceptions import EventError
 from tests.django.conftest import close
 from tests.support import relaying
 from tests.support.broker import Collector, remove
@@ -83,7 +84,7 @@ def test_send_task_is_a_celery_message_after_commit(
 ) -> None:
     """relay.django.send_task and the task class's delay_on_outbox write protocol-2 task
     messages that the relay publishes to the app's queue after commit, with the returned id;
-    a rolled-back one is never sent."""
+    a rolled-back one is never sent; bad arguments and autocommit are refused."""
     queue = f"tasks.{uuid.uuid4().hex[:8]}"
     app = Celery("shop", broker=amqp_url, task_cls="relay.django:TransactionalTask")
     app.conf.task_default_queue = queue
@@ -93,7 +94,11 @@ def test_send_task_is_a_celery_message_after_commit(
         return x + y
 
     try:
+        with pytest.raises(EventError, match="using database 'default' is in autocommit"):
+            add.delay_on_outbox(1, 1)
         with transaction.atomic():
+            with pytest.raises(EventError, match="args must be a list or tuple"):
+                relay.django.send_task("shop.add", "2, 3", app=app)
             sent = relay.django.send_task("shop.add", (2, 3), app=app)
             delayed = add.delay_on_outbox(4, 5)
         with transaction.atomic():
