@@ -25,6 +25,7 @@ from bench import (
     costs,
     latency,
     ordering,
+    producers,
     report,
     services,
     throughput,
@@ -83,6 +84,9 @@ class Plan:
     writers: list[int] = field(default_factory=lambda: [1, 8, 32, 64])
     business_writers: list[int] = field(default_factory=lambda: [1, 8, 32])
     writers_seconds: float = 1.5
+    #: bench.producers: producer processes per run, seconds per run.
+    producers_processes: list[int] = field(default_factory=lambda: [1, 4])
+    producers_seconds: float = 2.0
     #: bench.versus: events per run, processes per side, other revisions of the relay beside it.
     versus_events: int = 20_000
     versus_processes: int = 4
@@ -173,6 +177,8 @@ QUICK = Plan(
     writers=[1, 8],
     business_writers=[1],
     writers_seconds=1.0,
+    producers_processes=[1],
+    producers_seconds=0.5,
 )
 
 #: The sections, in the order a full run measures them.
@@ -217,6 +223,7 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),
     "writers": lambda p: writers.run(p.writers, p.business_writers, p.writers_seconds, p.reps),
+    "producers": lambda p: producers.run(p.producers_processes, p.producers_seconds, p.reps),
 }
 
 
