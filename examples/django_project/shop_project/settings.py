@@ -9,6 +9,7 @@ directory, which is also the relay's own default. ``RELAY_BROKER_URL`` (default
 import os
 from pathlib import Path
 
+import django
 from sqlalchemy import make_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -34,12 +35,12 @@ def _django_database(url: str) -> dict[str, object]:
     u = make_url(url)
     backend = u.get_backend_name()
     if backend == "sqlite":
-        # One writer at a time on SQLite: take the lock at BEGIN and wait for it, as the relay does.
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": u.database,
-            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
-        }
+        # One writer at a time on SQLite: take the lock at BEGIN and wait for it, as the relay
+        # does (transaction_mode needs Django 5.1).
+        options: dict[str, object] = {"timeout": 30}
+        if django.VERSION >= (5, 1):
+            options["transaction_mode"] = "IMMEDIATE"
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": u.database, "OPTIONS": options}
     engines = {"postgresql": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
     return {
         "ENGINE": f"django.db.backends.{engines[backend]}",
