@@ -40,7 +40,7 @@ from relay.celery.fleet import (
 )
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_INBOX, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
-from relay.celery.transactional import TransactionalTask, send_task
+from relay.celery.transactional import TaskMessage, TransactionalTask, send_task, task_message
 from relay.celery.wakeup import Waker, enable_wakeup
 
 app: Celery
@@ -65,6 +65,7 @@ __all__ = [
     "PromptAcks",
     "Runtime",
     "Runtimes",
+    "TaskMessage",
     "TransactionalTask",
     "Waker",
     "app",
@@ -78,4 +79,5 @@ __all__ = [
     "install",
     "on_event",
     "send_task",
+    "task_message",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery import Celery, Task, current_app
 from celery.utils import uuid
@@ -42,6 +42,55 @@ def send_task(
     it (resolved now, from ``app``, default the current app), with the same task id on every
     attempt; an ``expires`` that passed before publishing leaves the row ``failed`` unsent.
     """
+    message = task_message(
+        name,
+        args,
+        kwargs,
+        countdown=countdown,
+        eta=eta,
+        expires=expires,
+        queue=queue,
+        routing_key=routing_key,
+        app=app,
+    )
+    producer.default().enqueue_task(
+        session_or_connection,
+        name,
+        message.body,
+        message.task,
+        headers=headers,
+        ordering_key=ordering_key,
+        delay=message.delay,
+    )
+    return message.task_id
+
+
+class TaskMessage(NamedTuple):
+    """A Celery task as the outbox stores it: what every transactional ``send_task`` writes."""
+
+    task_id: str
+    #: The protocol-2 body ``[args, kwargs, embed]`` as JSON will carry it.
+    body: Any
+    #: The route, protocol headers and properties (the row's task header).
+    task: dict[str, Any]
+    #: Seconds until due (countdown or eta), or None.
+    delay: float | None
+
+
+def task_message(
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    countdown: float | None = None,
+    eta: datetime | None = None,
+    expires: float | datetime | None = None,
+    queue: str | None = None,
+    routing_key: str | None = None,
+    app: Celery | None = None,
+) -> TaskMessage:
+    """Build task ``name``'s message as :func:`send_task` writes it (routed now, from
+    ``app``, default the current app); EventError naming the field for bad input."""
     app = current_app if app is None else app
     if app.conf.task_serializer != "json":
         raise EventError(
@@ -57,16 +106,7 @@ def send_task(
     message = app.amqp.as_task_v2(task_id, name, call_args, call_kwargs, expires=expires)
     task = {**route, "headers": message.headers, "properties": message.properties}
     body = _json_ready("args", list(message.body))
-    producer.default().enqueue_task(
-        session_or_connection,
-        name,
-        body,
-        task,
-        headers=headers,
-        ordering_key=ordering_key,
-        delay=delay,
-    )
-    return task_id
+    return TaskMessage(task_id, body, task, delay)
 
 
 class TransactionalTask(Task):  # type: ignore[type-arg]  # any task's arguments and result

@@ -38,7 +38,8 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.publishers.virtual", {"sqlalchemy", "celery"}),
         ("relay.testing", {"sqlalchemy", "kombu", "celery"}),
         ("relay.publishers.transports", {"sqlalchemy", "celery"}),
-        ("relay", {"celery", "kombu"}),
+        ("relay", {"celery", "kombu", "django"}),
+        ("relay.django", {"celery", "kombu"}),
         ("relay.dispatch.dispatcher", {"celery", "prometheus_client", "opentelemetry"}),
         ("relay.dispatch.cycle", {"celery", "prometheus_client", "opentelemetry"}),
         (
@@ -150,7 +151,8 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None
 #:   carries trace context; the migrations run on the store's schema;
 #: - consuming (its inbox commits through the producer's transaction) and dispatching (claim ->
 #:   publish -> record, and the runner that builds a relay process) use all of the above;
-#: - the Celery glue and the console drive dispatchers, consumers and the store;
+#: - the Celery glue and the console drive dispatchers, consumers and the store; the Django
+#:   glue writes through the producer and builds task messages with the Celery glue;
 #: - the CLI commands sit on top of everything (``relay demo`` runs a Celery worker).
 FLOORS: tuple[tuple[str, ...], ...] = (
     (
@@ -163,7 +165,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("relay.store", "relay.publishers", "relay.observe", "relay.testing"),
     ("relay", "relay.aio", "relay.produce", "relay.migrations"),
     ("relay.consume", "relay.dispatch"),
-    ("relay.celery", "relay.console"),
+    ("relay.celery", "relay.console", "relay.django"),
     ("relay.commands", "relay.__main__"),
 )
 
