@@ -31,7 +31,8 @@ from relay.publishers import transports
 
 log = logging.getLogger(__name__)
 
-#: Rows per purge transaction, and how many such transactions one purge task runs at most.
+#: Rows per purge transaction of the inbox purge, and the cap the sent-row purge had before it
+#: paced itself (:mod:`relay.dispatch.purger`); kept for importers.
 PURGE_BATCH_SIZE, PURGE_MAX_BATCHES = 1000, 1000
 
 
@@ -138,12 +139,10 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
 
     @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, shared=False)
     def purge_sent() -> int:
-        """Delete sent rows past the retention, one short transaction per batch, one purger."""
-        deleted = runtime.operations().purge_sent(
-            s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
-        )
-        log.info("purged %d sent rows older than %gs", deleted, s.retention_seconds)
-        return deleted
+        """Delete sent rows past the retention until none is left, paced, one purger at a
+        time per database (:mod:`relay.dispatch.purger`), within one purge interval."""
+        run = runtime.purger().run(budget_seconds=s.purge_interval_seconds, stop=runtime.stopping)
+        return run.deleted
 
     app.add_periodic_task(
         s.tick_seconds, tick.signature(), name=TICK, expires=s.tick_seconds, queue=s.queue

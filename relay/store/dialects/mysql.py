@@ -35,6 +35,7 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    literal,
     literal_column,
     select,
     type_coerce,
@@ -187,7 +188,8 @@ class MySQLOperations(Operations):
     """The operator's statements on MySQL and MariaDB: the retention purge's derived table."""
 
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
-        """Delete up to ``limit`` sent rows older than the retention, oldest first.
+        """Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
+        ``ix_outbox_sent_at`` from its start, so a batch reads only the rows it deletes).
 
         MySQL refuses a LIMIT inside ``IN (subquery)`` and a sub-select of the table being
         deleted from; a derived table (materialized first) is allowed.
@@ -195,10 +197,10 @@ class MySQLOperations(Operations):
         victims = (
             select(outbox.c.id)
             .where(
+                outbox.c.sent_at < self.dialect.now_plus(literal(-older_than_seconds, Float)),
                 outbox.c.status == SENT,
-                self.dialect.seconds_since(outbox.c.sent_at) > older_than_seconds,
             )
-            .order_by(outbox.c.id)
+            .order_by(outbox.c.sent_at)
             .limit(limit)
             .subquery("victims")
         )
