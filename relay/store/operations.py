@@ -20,7 +20,7 @@ from relay.exceptions import StoreError
 from relay.records import Status, StatusReport
 from relay.store import dialects
 from relay.store.base import BaseStore, executemany
-from relay.store.dialects.retention import RetentionStatements
+from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
 from relay.store.filters import EventFilter
 from relay.store.schema import outbox
 
@@ -65,6 +65,15 @@ class OperationsStore(BaseStore):
         age = row["oldest_pending_age"]
         expired = int(row["expired_leases"] or 0)
         return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+
+    def retention_gauges(self) -> tuple[int, float | None]:
+        """Rows past the retention the last purge run left, and seconds since the oldest sent
+        row still in the table was sent (None: no sent row): the purge's metrics."""
+        with self._tx() as conn:
+            row = conn.execute(self.counts.purger_record(), {"b_name": SENT_PURGER}).first()
+            age = conn.execute(self.counts.oldest_sent_age()).scalar()
+        behind = 0 if row is None else int(row.behind_rows)
+        return behind, None if age is None else max(0.0, float(age))
 
     def beat(self, name: str) -> None:
         """Record that ``name`` (e.g. the tick) ran now, in database time."""

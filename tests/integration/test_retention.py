@@ -9,7 +9,10 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
+from relay.commands import doctor_retention
+from relay.commands.checks import PASS, WARN
 from relay.config import Settings
+from relay.dispatch import runner
 from relay.dispatch.purger import Purger
 from relay.policy import PurgePacing
 from relay.store import dialects
@@ -19,6 +22,7 @@ from relay.store.retention import RetentionStore
 from relay.store.schema import outbox, outbox_progress
 from tests.support import relaying
 from tests.support.broker import Collector
+from tests.support.env import wait_until
 from tests.support.rows import count_by_status, enqueue_many
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,8 +30,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def retention(engine: sa.Engine) -> Iterator[RetentionStore]:
-    store = RetentionStore(engine)
-    yield store
+    return RetentionStore(engine)
 
 
 def _send(engine: sa.Engine, ids: list[int], seconds_ago: float) -> None:
@@ -72,7 +75,8 @@ def test_a_second_purger_stands_aside_while_one_holds_the_lease(
     _send(engine, ids, 7200)
     assert retention.take_lease("purger-a", 60)
     skipped = Purger(retention, 3600, "purger-b").run()
-    assert skipped.skipped and count_by_status(engine) == {"sent": 30}
+    assert skipped.skipped
+    assert count_by_status(engine) == {"sent": 30}
     retention.end_run("purger-a", 0)
     assert Purger(retention, 3600, "purger-b").run().deleted == 30
 
@@ -92,10 +96,12 @@ def test_a_run_stopped_by_its_budget_records_the_rows_left_and_a_growing_backlog
     second = Purger(retention, 3600, "p", pacing=pacing).run(budget_seconds=0)
     assert second.behind == 250
     record = retention.record()
-    assert record is not None and record.falling_behind
+    assert record is not None
+    assert record.falling_behind
     assert retention.past_retention(3600, 1000) == 250
     age = retention.oldest_sent_age()
-    assert age is not None and age > 3600
+    assert age is not None
+    assert age > 3600
 
 
 def test_delete_on_send_leaves_no_sent_row_and_counts_the_events(
@@ -145,3 +151,37 @@ def test_a_fenced_delete_leaves_a_row_another_worker_reclaimed(engine: sa.Engine
     assert (done.sent, done.lost) == (0, 1)
     assert count_by_status(engine) == {"processing": 1}
     assert event_id == claimed.id
+
+
+def test_doctor_warns_when_the_purge_falls_behind_and_the_metrics_show_it(
+    settings: Settings, engine: sa.Engine, retention: RetentionStore
+) -> None:
+    """Rows past the retention growing between two runs make `relay doctor` warn, and the
+    gauges report what the last run left and the oldest sent row's age."""
+    s = replace(settings, retention_seconds=3600, purge_interval_seconds=600)
+    assert doctor_retention.retention(s).status == PASS
+    pacing = PurgePacing(first_batch=100, min_batch=100, max_batch=100, duty=1.0)
+    for n in (150, 300):
+        ids = enqueue_many(engine, n)
+        _send(engine, ids, 7200)
+        Purger(retention, 3600, "p", pacing=pacing).run(budget_seconds=0)
+    check = doctor_retention.retention(s)
+    assert check.status == WARN
+    assert "falling behind" in check.detail
+    behind, oldest = OperationsStore(engine).retention_gauges()
+    assert behind == 250
+    assert oldest is not None
+    assert oldest > 7000
+
+
+def test_the_loop_runners_purger_keeps_the_retention(settings: Settings, engine: sa.Engine) -> None:
+    """`relay dispatch --loop`'s purger deletes sent rows past the retention soon after it
+    starts, and keeps the others."""
+    old, young = enqueue_many(engine, 40), enqueue_many(engine, 5)
+    _send(engine, old, 7200)
+    _send(engine, young, 1)
+    loop = runner.purge_loop(replace(settings, retention_seconds=3600), "loop-1")
+    try:
+        wait_until(lambda: count_by_status(engine) == {"sent": 5}, 30, "the purge")
+    finally:
+        loop.stop()

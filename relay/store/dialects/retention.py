@@ -28,6 +28,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -55,7 +56,7 @@ class RetentionStatements:
 
     def epoch_now(self) -> ColumnElement[float]:
         """The database's clock in seconds since the epoch."""
-        return cast(literal_column(self.EPOCH[self.dialect.name]), Float)
+        return type_coerce(literal_column(self.EPOCH[self.dialect.name]), Float)
 
     def this_minute(self) -> ColumnElement[int]:
         """The database's current epoch minute."""
@@ -187,7 +188,7 @@ class RetentionStatements:
             select(
                 ago.label("minutes_ago"),
                 func.sum(c.sent).label("sent"),
-                cast(func.sum(c.lag_sum) / func.sum(c.sent), Float).label("mean_lag"),
+                type_coerce(func.sum(c.lag_sum) / func.sum(c.sent), Float).label("mean_lag"),
                 func.max(c.lag_max).label("max_lag"),
             )
             .where(c.minute > self.this_minute() - 60)
