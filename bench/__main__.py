@@ -26,6 +26,7 @@ from bench import (
     latency,
     ordering,
     report,
+    retention,
     services,
     throughput,
     versus,
@@ -89,6 +90,11 @@ class Plan:
     baselines: list[str] = field(default_factory=list)
     #: bench.versus: the checkout's relay again with other settings (``KEY=VALUE[,KEY=VALUE]``).
     variants: list[str] = field(default_factory=list)
+    #: bench.retention: minutes of each sustained run, the catch-up's backlog of sent rows past
+    #: the retention, and the producer's rate (``--minutes``, ``--backlog``, ``--rate``).
+    retention_minutes: float = 20.0
+    retention_backlog: int = 10_000_000
+    retention_rate: int = 10_000
 
 
 FULL = Plan(
@@ -173,6 +179,9 @@ QUICK = Plan(
     writers=[1, 8],
     business_writers=[1],
     writers_seconds=1.0,
+    retention_minutes=0.5,
+    retention_backlog=20_000,
+    retention_rate=500,
 )
 
 #: The sections, in the order a full run measures them.
@@ -217,6 +226,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),
     "writers": lambda p: writers.run(p.writers, p.business_writers, p.writers_seconds, p.reps),
+    "retention": lambda p: retention.run(
+        services.AMQP_URL, p.retention_minutes, p.retention_backlog, p.retention_rate
+    ),
 }
 
 
@@ -247,12 +259,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="versus: also run this checkout's relay with these settings (repeatable)",
     )
+    p.add_argument("--minutes", type=float, help="retention: minutes of each sustained run")
+    p.add_argument("--backlog", type=int, help="retention: sent rows past the retention")
+    p.add_argument("--rate", type=int, help="retention: the producer's rows a second")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     plan = replace(QUICK if args.quick else FULL, baselines=args.baseline, variants=args.variant)
+    for flag, name in (("minutes", "minutes"), ("backlog", "backlog"), ("rate", "rate")):
+        if getattr(args, flag) is not None:
+            plan = replace(plan, **{f"retention_{name}": getattr(args, flag)})
     if args.reps is not None:
         if args.reps < 1:
             raise SystemExit("python -m bench: --reps must be 1 or more")
