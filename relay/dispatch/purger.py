@@ -120,8 +120,9 @@ class Purger:
 
 class PurgeLoop:
     """A purge run every ``interval_seconds`` in a daemon thread (``relay dispatch --loop``):
-    the first run starts at once, each has the interval as its budget, and a run that another
-    purger's lease skips waits for the next interval."""
+    the first run starts at once, each has the interval as its budget, a run that left rows
+    past the retention is followed at once by the next, and a run that another purger's lease
+    skips waits for the next interval."""
 
     def __init__(self, purger: Purger, interval_seconds: float) -> None:
         self.purger, self.interval = purger, interval_seconds
@@ -135,9 +136,12 @@ class PurgeLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.purger.run(budget_seconds=self.interval, stop=self._stop)
+                run = self.purger.run(budget_seconds=self.interval, stop=self._stop)
             except RelayError as exc:
                 log.warning("retention purge failed, next try in %gs: %s", self.interval, exc)
+            else:
+                if run.behind > 0:
+                    continue  # stopped by its budget with rows left: keep going at once
             self._stop.wait(self.interval)
 
     def stop(self, timeout: float = 10.0) -> None:

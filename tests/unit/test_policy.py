@@ -148,9 +148,9 @@ def test_retry_loop_waits_start_again_after_a_success() -> None:
         (1000, 0.05, 2000),  # twice as fast as the target: double
         (1000, 0.01, 2000),  # much faster: at most double
         (1000, 0.1, 1000),  # on target: keep
-        (1000, 0.4, 500),  # much slower: at most halve
+        (4000, 0.4, 2000),  # much slower: at most halve
         (8000, 0.01, 10_000),  # never above the maximum
-        (150, 1.0, 100),  # never below the minimum
+        (1500, 1.0, 1000),  # never below the minimum
         (1000, 0.0, 2000),  # a batch too quick to time: grow
     ],
 )

@@ -204,11 +204,10 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
-DELETE FROM outbox WHERE outbox.id IN (SELECT victims.id
-FROM (SELECT outbox.id AS id
+DELETE FROM outbox USING outbox, (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.status = 'sent' ORDER BY outbox.sent_at
- LIMIT %s) AS victims);
+ LIMIT %s) AS victims WHERE outbox.id = victims.id;
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
