@@ -116,6 +116,7 @@ def test_delete_on_send_leaves_no_sent_row_and_counts_the_events(
     assert count_by_status(engine) == {}
     ret = RetentionStore(engine)
     assert ret.sent_counted() == 120
+    assert OperationsStore(engine).status().deleted_at_send == 120
     minutes = OperationsStore(engine).sent_per_minute()
     assert sum(m["sent"] for m in minutes) == 120
     assert all(m["max_lag"] >= 0 for m in minutes)
@@ -185,3 +186,15 @@ def test_the_loop_runners_purger_keeps_the_retention(settings: Settings, engine:
         wait_until(lambda: count_by_status(engine) == {"sent": 5}, 30, "the purge")
     finally:
         loop.stop()
+
+
+def test_doctor_warns_when_nothing_purges(settings: Settings, engine: sa.Engine) -> None:
+    """A sent row older than the retention plus two purge intervals means no purger runs:
+    `relay doctor` warns and names the runners that purge."""
+    _send(engine, enqueue_many(engine, 3), 7200)
+    check = doctor_retention.retention(
+        replace(settings, retention_seconds=3600, purge_interval_seconds=600)
+    )
+    assert check.status == WARN
+    assert "nothing purges" in check.detail
+    assert "relay dispatch --loop" in check.fix
