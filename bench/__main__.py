@@ -28,6 +28,7 @@ from bench import (
     ordering,
     producers,
     report,
+    retention,
     services,
     throughput,
     versus,
@@ -100,6 +101,11 @@ class Plan:
     fairness_rate: float = 20.0
     fairness_seconds: float = 8.0
     fairness_processes: list[int] = field(default_factory=lambda: [1, 2])
+    #: bench.retention: minutes of each sustained run, the catch-up's backlog of sent rows past
+    #: the retention, and the producer's rate (``--minutes``, ``--backlog``, ``--rate``).
+    retention_minutes: float = 20.0
+    retention_backlog: int = 10_000_000
+    retention_rate: int = 10_000
 
 
 FULL = Plan(
@@ -189,6 +195,9 @@ QUICK = Plan(
     fairness_processes=[1],
     producers_processes=[1],
     producers_seconds=0.5,
+    retention_minutes=0.5,
+    retention_backlog=20_000,
+    retention_rate=500,
 )
 
 #: The sections, in the order a full run measures them.
@@ -237,6 +246,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
         p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes
     ),
     "producers": lambda p: producers.run(p.producers_processes, p.producers_seconds, p.reps),
+    "retention": lambda p: retention.run(
+        services.AMQP_URL, p.retention_minutes, p.retention_backlog, p.retention_rate
+    ),
 }
 
 
@@ -267,12 +279,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="versus: also run this checkout's relay with these settings (repeatable)",
     )
+    p.add_argument("--minutes", type=float, help="retention: minutes of each sustained run")
+    p.add_argument("--backlog", type=int, help="retention: sent rows past the retention")
+    p.add_argument("--rate", type=int, help="retention: the producer's rows a second")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     plan = replace(QUICK if args.quick else FULL, baselines=args.baseline, variants=args.variant)
+    for flag, name in (("minutes", "minutes"), ("backlog", "backlog"), ("rate", "rate")):
+        if getattr(args, flag) is not None:
+            plan = replace(plan, **{f"retention_{name}": getattr(args, flag)})
     if args.reps is not None:
         if args.reps < 1:
             raise SystemExit("python -m bench: --reps must be 1 or more")

@@ -330,6 +330,15 @@ TABLES: dict[str, Callable[..., str]] = {
 }
 
 
+def _retention(data: dict[str, Any]) -> str:
+    from bench.report_retention import retention
+
+    return retention(data)
+
+
+TABLES["retention"] = _retention
+
+
 def load(results: Path) -> dict[str, dict[str, Any]]:
     """Every section's saved record, by section name (other JSON there, such as
     ``claim_rates.json`` from a former script, is not a section and is skipped)."""

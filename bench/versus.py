@@ -26,6 +26,10 @@ modes take turns within each repetition (each repetition starts with the next mo
 one mode's processes run at a time. Every run must leave exactly ``events`` messages in the
 queue.
 
+On PostgreSQL each relay mode also reports ``wal_bytes_per_event``: the WAL the relay wrote
+(``pg_current_wal_lsn()`` from the commit of the pending rows to the last outcome) over the
+events; ``--variant RELAY_DELETE_ON_SEND=1`` sets delete on send against the default.
+
 ``python -m bench.versus [--events 20000] [--processes 4] [--reps 3] [--baseline REV ...]
 [--variant RELAY_BATCH_SIZE=500 ...]``
 """
@@ -159,10 +163,25 @@ def _relay(work: Workload, engine: sa.Engine, depth: _Depth, events: int) -> dic
         time.sleep(0.3)  # every worker has finished its first, empty claim
         rows.insert_pending(engine, events)
         started = time.perf_counter()
+        wal_start = _wal_lsn(engine)
         rates = _watch(depth, events, started, w)
-        if rows.unfinished(engine):
-            time.sleep(0.5)  # the last outcomes are recorded after the confirms
+        deadline = time.monotonic() + 30
+        while rows.unfinished(engine) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the last outcomes are recorded after the confirms
+        wal_end = _wal_lsn(engine)
+    if wal_start is not None and wal_end is not None:
+        # The relay's own WAL (claims and outcomes; the producer's inserts came before).
+        rates["wal_bytes_per_event"] = (wal_end - wal_start) / events
     return rates
+
+
+def _wal_lsn(engine: sa.Engine) -> int | None:
+    """PostgreSQL's current WAL position in bytes (None elsewhere)."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as conn:
+        lsn = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"
+        return int(conn.execute(sa.text(lsn)).scalar_one())
 
 
 @contextlib.contextmanager
@@ -237,7 +256,7 @@ def run(
         rates = [r["rate"] for r in measured]
         out[name] = summarize(rates)
         out[name]["from_start"] = summarize([r["rate_from_start"] for r in measured])
-        for key in sorted(k for k in measured[0] if k.startswith("cpu_")):
+        for key in sorted(k for k in measured[0] if k.startswith(("cpu_", "wal_"))):
             out[name][key] = statistics.median(r[key] for r in measured)
         if name != "raw_kombu":
             ratios = [a / b for a, b in zip(rates, raw, strict=True)]

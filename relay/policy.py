@@ -199,3 +199,34 @@ def share_fanout(
         sends.extend(dealt[: max_fanout - len(sends)])
         round_ += 1
     return tuple(sends)
+
+
+@dataclass(frozen=True, slots=True)
+class PurgePacing:
+    """How the retention purge paces itself: each transaction deletes a batch sized so that it
+    lasts about ``target_seconds`` (short: a claim or a producer waiting on one of its row or
+    index locks waits at most that long), and the purger rests between batches so that it
+    works ``duty`` of its time, leaving the rest of the database to the relay and producers.
+
+    At the defaults a purger deletes up to ``max_batch / target_seconds * duty`` rows a second
+    (50,000: several times the relay's own rate on 2 cores), so it catches up with a backlog
+    instead of carrying it from one run to the next. Batches never shrink below ``min_batch``:
+    on a loaded machine a batch is slow whatever its size, and smaller ones would only slow the
+    purge down (deleting sent rows takes no lock a claim or a producer waits for on PostgreSQL;
+    on MariaDB their gap locks cover only the oldest sent rows)."""
+
+    target_seconds: float = 0.1
+    duty: float = 0.5
+    first_batch: int = 1000
+    min_batch: int = 1000
+    max_batch: int = 10_000
+
+    def next_batch(self, size: int, elapsed: float) -> int:
+        """The next batch's size after one of ``size`` rows took ``elapsed`` seconds: scaled
+        toward the target, by at most a factor of two either way, within the bounds."""
+        ratio = 2.0 if elapsed <= 0 else max(0.5, min(2.0, self.target_seconds / elapsed))
+        return max(self.min_batch, min(self.max_batch, int(size * ratio)))
+
+    def pause(self, elapsed: float) -> float:
+        """Seconds to rest after a batch that took ``elapsed``, to keep to the duty cycle."""
+        return max(0.0, elapsed) * (1.0 - self.duty) / self.duty

@@ -117,6 +117,9 @@ class StatusReport:
     oldest_pending_age_seconds: float | None
     #: Rows in ``processing`` whose lease has expired: a crashed or stalled worker's.
     expired_leases: int
+    #: Events deleted at send (``RELAY_DELETE_ON_SEND``) in the last day, as counted in
+    #: ``outbox_sent_counts``: they have no row left to count under ``sent``.
+    deleted_at_send: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,7 @@ class StatusReport:
             "oldest_pending_age_seconds": self.oldest_pending_age_seconds,
             "failed": int(self.counts.get(Status.FAILED.value, 0)),
             "expired_leases": self.expired_leases,
+            "deleted_at_send": self.deleted_at_send,
         }
 
 

@@ -33,7 +33,8 @@ from relay.publishers import transports
 
 log = logging.getLogger(__name__)
 
-#: Rows per purge transaction, and how many such transactions one purge task runs at most.
+#: Rows per purge transaction of the inbox purge, and the cap the sent-row purge had before it
+#: paced itself (:mod:`relay.dispatch.purger`); kept for importers.
 PURGE_BATCH_SIZE, PURGE_MAX_BATCHES = 1000, 1000
 
 
@@ -153,18 +154,19 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
 
     @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, shared=False)
     def purge_sent() -> int:
-        """Delete sent rows past the retention, one short transaction per batch, one purger."""
+        """Delete sent rows past the retention until none is left, paced, one purger at a
+        time per database (:mod:`relay.dispatch.purger`), the databases sharing one purge
+        interval; one database's failure is logged and the others are still purged."""
         deleted = 0
-        for name, rt in runtimes:
+        chosen = list(runtimes)
+        share = s.purge_interval_seconds / len(chosen)
+        for name, rt in chosen:
             try:
-                deleted += rt.operations().purge_sent(
-                    s.retention_seconds, PURGE_BATCH_SIZE, PURGE_MAX_BATCHES, exclusive=True
-                )
+                deleted += rt.purger().run(budget_seconds=share, stop=rt.stopping).deleted
             except RelayError as exc:
                 if not runtimes.several:
                     raise
                 log.warning("purge of database %r failed, the next one retries: %s", name, exc)
-        log.info("purged %d sent rows older than %gs", deleted, s.retention_seconds)
         return deleted
 
     app.add_periodic_task(

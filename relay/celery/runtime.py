@@ -9,8 +9,10 @@ from typing import Any
 from relay.config import Settings
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
+from relay.dispatch.purger import Purger
 from relay.store.dispatch import DispatchStore
 from relay.store.operations import OperationsStore
+from relay.store.retention import RetentionStore
 
 
 class Runtime:
@@ -46,6 +48,12 @@ class Runtime:
         if self._operations is None:
             self._operations = OperationsStore(store.engine)
         return self._operations
+
+    def purger(self) -> Purger:
+        """The retention purger on the dispatcher's engine, leasing as this worker."""
+        relay = self.dispatcher()
+        store = RetentionStore(self.store().engine)
+        return Purger(store, self.settings.retention_seconds, relay.worker_id)
 
     def forget(self, *_: Any, **__: Any) -> None:
         """After fork: drop what the parent built without closing it (its sockets are shared)."""

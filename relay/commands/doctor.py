@@ -68,6 +68,9 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
         yield doctor_pooler.listening(settings)
     yield _clock(engine)
     yield _tick(settings)
+    from relay.commands.doctor_retention import retention
+
+    yield retention(settings)
     yield _unroutable(engine)
 
 

@@ -37,6 +37,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     age = report["oldest_pending_age_seconds"]
     print(f"{'oldest pending':<12} {'-' if age is None else f'{age:.1f}s':>11}")
     print(f"{'expired leases':<12} {report['expired_leases']:>10}")
+    if report["deleted_at_send"]:
+        print(f"{'deleted at send (last day)':<12} {report['deleted_at_send']:>10}")
     return 0
 
 
@@ -57,7 +59,7 @@ def watch(store: OperationsStore, *, interval: float = 1.0, count: int | None = 
         with Live(console=Console(), auto_refresh=False) as live:
             while count is None or shown < count:
                 report, now = store.status().as_dict(), time.monotonic()
-                sent = int(report["counts"].get("sent", 0))
+                sent = int(report["counts"].get("sent", 0)) + int(report["deleted_at_send"])
                 rate = None
                 if previous is not None and now > previous[0]:
                     rate = max(0.0, (sent - previous[1]) / (now - previous[0]))

@@ -8,7 +8,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from relay.config import databases as fleet
-from relay.config import timing
+from relay.config import retention, timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
 from relay.config.urls import redact
 
@@ -70,10 +70,12 @@ class Settings:
     queue: str = "relay"
     #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.
     max_fanout: int = 8
-    #: Sent rows older than this are deleted by the periodic purge.
+    #: Sent rows older than this are deleted by the periodic purge; 0 means delete on send.
     retention_seconds: float = 7 * 86400.0
-    #: How often beat sends relay.purge_sent.
+    #: How often the purge runs (beat's relay.purge_sent, ``relay dispatch --loop``'s purger).
     purge_interval_seconds: float = 3600.0
+    #: The statement that records a row as sent deletes it: ``RELAY_RETENTION_SECONDS=0``.
+    delete_on_send: bool = False
     #: PostgreSQL: LISTEN for the outbox trigger's NOTIFY and claim at once (off: poll only).
     #: Behind a pooler in transaction mode, which cannot LISTEN, the listener notices that it
     #: hears nothing and the relay polls, unless ``listen_url`` gives it a connection that hears.
@@ -138,6 +140,8 @@ class Settings:
             self._derive(cap, max(_DEFAULTS[cap], self.backoff_base_seconds))
         elif self._is_set(cap):
             self._derive(base, min(_DEFAULTS[base], self.backoff_max_seconds))
+        if self.retention_seconds == 0:
+            self._derive("delete_on_send", True)
         floor, tick = "poll_floor_seconds", "tick_seconds"
         if self._is_set(tick):
             self._derive(floor, min(_DEFAULTS[floor], self.tick_seconds))
@@ -224,17 +228,11 @@ class Settings:
             "exchange named after its queue)",
         )
         check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
-        check(
-            self.retention_seconds > 0,
-            "RELAY_RETENTION_SECONDS",
+        retention.validate(
             self.retention_seconds,
-            "must be > 0",
-        )
-        check(
-            self.purge_interval_seconds > 0,
-            "RELAY_PURGE_INTERVAL_SECONDS",
+            self._is_set("retention_seconds"),
+            self.delete_on_send,
             self.purge_interval_seconds,
-            "must be > 0",
         )
         if self.metrics_port is not None:
             check(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from relay.dispatch.listener import Listener, Poller
+    from relay.dispatch.purger import PurgeLoop
 
 # The CLI's own logger: `relay dispatch` has always logged its start and end under "relay".
 log = logging.getLogger("relay")
@@ -104,14 +105,25 @@ def _loop(
             settings.idle_poll_seconds,
         )
     beat = heartbeat(heartbeat_file)
+    retention = purge_loop(settings, relay.worker_id)
     try:
         report = relay.loop(until, wake=wake if watcher else None, on_pass=beat)
         if not stop.is_set():
             report.add(relay.loop(stop, on_pass=beat))
         return report
     finally:
+        retention.stop()
         if watcher is not None:
             watcher.stop()
+
+
+def purge_loop(settings: Settings, holder: str) -> PurgeLoop:
+    """The loop runner's retention purger, started: a run every purge interval, leased so that
+    one purger works per database (:mod:`relay.dispatch.purger`)."""
+    from relay.dispatch.purger import PurgeLoop, Purger
+
+    purger = Purger.from_settings(settings, holder)
+    return PurgeLoop(purger, settings.purge_interval_seconds).start()
 
 
 def listener(

@@ -240,7 +240,25 @@ class OutboxCollector(Collector):
         expired.add_metric([], report.expired_leases)
         took = GaugeMetricFamily("relay_outbox_read_seconds", "How long the last read took.")
         took.add_metric([], time.perf_counter() - started)
-        return [up, rows, age, expired, took]
+        return [up, rows, age, expired, *self._retention(), took]
+
+    def _retention(self) -> list[Metric]:
+        """The purge's gauges (docs/retention.md); none where the store cannot tell them."""
+        try:
+            behind_rows, oldest = self.store.retention_gauges()
+        except Exception as exc:
+            log.warning("metrics: reading the retention gauges failed: %s", exc)
+            return []
+        behind = GaugeMetricFamily(
+            "relay_outbox_purge_behind_rows",
+            "Sent rows past the retention that the last purge run left (0: it caught up).",
+        )
+        behind.add_metric([], behind_rows)
+        sent_age = GaugeMetricFamily(
+            "relay_oldest_sent_age_seconds", "Age of the oldest sent row kept (0: none)."
+        )
+        sent_age.add_metric([], oldest or 0.0)
+        return [behind, sent_age]
 
 
 def _listen(port: int, registry: CollectorRegistry) -> None:

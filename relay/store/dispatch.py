@@ -7,6 +7,7 @@ verbs are in :mod:`relay.store.operations`. The statements live in
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -16,29 +17,53 @@ from relay import ordering
 from relay.config import Settings
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.base import BaseStore, executemany
+from relay.store.dialects.retention import RetentionStatements
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.eventids import default_source
 
 __all__ = ["Completed", "DispatchStore", "Store"]
 
+#: Rows of ``outbox_sent_counts`` per minute: relays hash their worker id onto one of them, so
+#: their outcome transactions seldom wait on each other's count row.
+COUNT_SHARDS = 16
+
 
 class DispatchStore(BaseStore):
     """The dispatch path's verbs over the ``outbox`` table of one database."""
 
-    def __init__(self, engine: Engine, *, source: str | None = None) -> None:
+    def __init__(
+        self, engine: Engine, *, source: str | None = None, delete_on_send: bool = False
+    ) -> None:
         super().__init__(engine)
         #: The CloudEvents ``source`` of this outbox's messages (``RELAY_SOURCE``).
         self.source = source or default_source(engine.url)
+        #: ``RELAY_DELETE_ON_SEND``: the fenced statement that records a row as sent deletes
+        #: it, and counts it per minute in ``outbox_sent_counts`` in the same transaction.
+        self.delete_on_send = delete_on_send
+        self.retention = RetentionStatements(self.dialect)
 
     @classmethod
-    def from_url(cls, url: str, *, source: str | None = None, **engine_kwargs: Any) -> Self:
-        return cls(create_engine(url, **engine_kwargs), source=source)
+    def from_url(
+        cls,
+        url: str,
+        *,
+        source: str | None = None,
+        delete_on_send: bool = False,
+        **engine_kwargs: Any,
+    ) -> Self:
+        engine = create_engine(url, **engine_kwargs)
+        return cls(engine, source=source, delete_on_send=delete_on_send)
 
     @classmethod
     def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
         """The store every relay process dispatches through: ``RELAY_DATABASE_URL``, with
-        ``RELAY_SOURCE`` as its messages' source."""
-        return cls.from_url(settings.database_url, source=settings.source, **engine_kwargs)
+        ``RELAY_SOURCE`` as its messages' source, deleting at send with ``RELAY_DELETE_ON_SEND``."""
+        return cls.from_url(
+            settings.database_url,
+            source=settings.source,
+            delete_on_send=settings.delete_on_send,
+            **engine_kwargs,
+        )
 
     # -- the dispatch cycle ----------------------------------------------------------------
     def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
@@ -94,10 +119,14 @@ class DispatchStore(BaseStore):
         n_sent = n_resched = n_buried = n_released = 0
         unordered = [e for e in sent if e.seq is None]
         if unordered:
-            stmt = self.dialect.mark_sent(worker)
+            stmt = self._sent_statement(worker)
             n_sent = conn.execute(stmt, self.dialect.fence_params(_keys(unordered))).rowcount
+            self._count_sent(conn, worker, unordered, n_sent)
         if len(unordered) < len(sent):
-            n_sent += self._mark_ordered(conn, worker, [e for e in sent if e.seq is not None])
+            ordered = [e for e in sent if e.seq is not None]
+            n_ordered = self._mark_ordered(conn, worker, ordered)
+            self._count_sent(conn, worker, ordered, n_ordered)
+            n_sent += n_ordered
         if rescheduled:
             n_resched = executemany(
                 conn,
@@ -149,7 +178,7 @@ class DispatchStore(BaseStore):
         if not marked:
             return 0
         savepoint = conn.begin_nested()
-        stmt = self.dialect.mark_sent(worker)
+        stmt = self._sent_statement(worker)
         if conn.execute(stmt, self.dialect.fence_params(_keys(marked))).rowcount == len(marked):
             savepoint.commit()
         else:
@@ -168,6 +197,29 @@ class DispatchStore(BaseStore):
         if moves:
             conn.execute(self.dialect.set_progress(moves))
         return sum(len(run) for run in runs.values())
+
+    def _sent_statement(self, worker: str) -> Any:
+        """The fenced statement that records confirmed rows: UPDATE to sent, or DELETE."""
+        if self.delete_on_send:
+            return self.retention.delete_sent(worker)
+        return self.dialect.mark_sent(worker)
+
+    def _count_sent(
+        self, conn: Connection, worker: str, events: Sequence[ClaimedEvent], n: int
+    ) -> None:
+        """With delete on send, add ``n`` of ``events`` (those recorded) to this minute's
+        count, with their commit-to-sent lag; the shard spreads concurrent relays' updates."""
+        if not (self.delete_on_send and n and events):
+            return
+        created = [e.created_at.timestamp() for e in events]
+        params = {
+            "b_shard": zlib.crc32(worker.encode()) % COUNT_SHARDS,
+            "b_sent": n,
+            # A lease lost under part of the batch leaves n below len(events): scaled.
+            "b_created_sum": sum(created) * n / len(created),
+            "b_created_min": min(created),
+        }
+        conn.execute(self.retention.count_sent(), params)
 
     def _release(self, conn: Connection, worker: str, group: Released) -> int:
         if not group.events:

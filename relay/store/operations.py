@@ -20,8 +20,12 @@ from relay.exceptions import StoreError
 from relay.records import Status, StatusReport
 from relay.store import dialects
 from relay.store.base import BaseStore, executemany
+from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
 from relay.store.filters import EventFilter
 from relay.store.schema import outbox
+
+#: Minutes of sent counts ``relay status`` adds up (the day the purger keeps).
+COUNTS_KEPT_MINUTES = 24 * 60
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ class OperationsStore(BaseStore):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
         self.ops = dialects.operations_for(self.dialect)
+        self.counts = RetentionStatements(self.dialect)
 
     def status(self) -> StatusReport:
         """Rows per status, age of the oldest pending row, expired leases."""
@@ -45,7 +50,10 @@ class OperationsStore(BaseStore):
                 counts[Status.SENT.value] = sent
             age = conn.execute(self.ops.oldest_pending_age()).scalar()
             expired = int(conn.execute(self.ops.expired_leases()).scalar() or 0)
-        return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+            counted = {"b_minutes": COUNTS_KEPT_MINUTES}
+            deleted = int(conn.execute(self.counts.sent_counted(), counted).scalar() or 0)
+        age_s = None if age is None else max(0.0, float(age))
+        return StatusReport(counts, age_s, expired, deleted)
 
     def gauges(self, limit: int) -> StatusReport:
         """What ``relay status`` reports for a metrics scrape, in one statement, each count
@@ -57,6 +65,15 @@ class OperationsStore(BaseStore):
         age = row["oldest_pending_age"]
         expired = int(row["expired_leases"] or 0)
         return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+
+    def retention_gauges(self) -> tuple[int, float | None]:
+        """Rows past the retention the last purge run left, and seconds since the oldest sent
+        row still in the table was sent (None: no sent row): the purge's metrics."""
+        with self._tx() as conn:
+            row = conn.execute(self.counts.purger_record(), {"b_name": SENT_PURGER}).first()
+            age = conn.execute(self.counts.oldest_sent_age()).scalar()
+        behind = 0 if row is None else int(row.behind_rows)
+        return behind, None if age is None else max(0.0, float(age))
 
     def beat(self, name: str) -> None:
         """Record that ``name`` (e.g. the tick) ran now, in database time."""
@@ -167,22 +184,28 @@ class OperationsStore(BaseStore):
         return None if row is None else dict(row)
 
     def sent_per_minute(self) -> list[dict[str, Any]]:
-        """The last hour's sent rows and commit-to-sent lag per minute ago, oldest first."""
+        """The last hour's sent events and commit-to-sent lag per minute ago, oldest first:
+        sent rows, and the events deleted at send counted in ``outbox_sent_counts``."""
         with self._tx() as conn:
-            rows = conn.execute(self.ops.sent_per_minute()).mappings().all()
-        return sorted(
-            (
-                {
-                    "minutes_ago": int(r["minutes_ago"]),
-                    "sent": int(r["sent"]),
-                    "mean_lag": max(0.0, float(r["mean_lag"] or 0)),
-                    "max_lag": max(0.0, float(r["max_lag"] or 0)),
-                }
-                for r in rows
-                if r["minutes_ago"] is not None
-            ),
-            key=lambda r: -r["minutes_ago"],
-        )
+            rows = [*conn.execute(self.ops.sent_per_minute()).mappings()]
+            rows += conn.execute(self.counts.sent_minutes()).mappings()
+        minutes: dict[int, dict[str, Any]] = {}
+        for r in rows:
+            if r["minutes_ago"] is None or not 0 <= int(r["minutes_ago"]) < 60:
+                continue
+            n, mean = int(r["sent"]), max(0.0, float(r["mean_lag"] or 0))
+            m = minutes.setdefault(int(r["minutes_ago"]), {"sent": 0, "lag": 0.0, "max": 0.0})
+            m["sent"], m["lag"] = m["sent"] + n, m["lag"] + mean * n
+            m["max"] = max(m["max"], float(r["max_lag"] or 0))
+        return [
+            {
+                "minutes_ago": ago,
+                "sent": m["sent"],
+                "mean_lag": m["lag"] / m["sent"] if m["sent"] else 0.0,
+                "max_lag": max(0.0, m["max"]),
+            }
+            for ago, m in sorted(minutes.items(), key=lambda item: -item[0])
+        ]
 
     def leases(self) -> list[dict[str, Any]]:
         """Processing rows per lease holder: rows, expired ones, first and last expiry."""

@@ -20,6 +20,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -220,6 +221,35 @@ audit = Table(
     Column("matched", Integer, nullable=False),
     Column("changed", Integer, nullable=False),
     sqlite_autoincrement=True,
+)
+
+#: The retention purger's lease and record, one row per purger (``sent``): a purge run holds
+#: the lease (``holder`` until ``expires_at``) across its short transactions, so one purger
+#: works per database whatever runs it (Celery beat, ``relay dispatch --loop``); ``behind_rows``
+#: and ``prev_behind_rows`` are the sent rows past the retention left after the last two runs.
+purger = Table(
+    "relay_purger",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(255), nullable=True),
+    Column("expires_at", Timestamp, nullable=True),
+    Column("ran_at", Timestamp, nullable=True),
+    Column("behind_rows", BigInteger, nullable=False, server_default=text("0")),
+    Column("prev_behind_rows", BigInteger, nullable=False, server_default=text("0")),
+)
+
+#: Sent events counted per minute (epoch minute) and shard (so concurrent relays rarely wait
+#: on one row), with their commit-to-sent lag: what the console's charts and ``relay status``
+#: read when rows are deleted at send (``RELAY_DELETE_ON_SEND``). Written in the statement's
+#: transaction that deletes the rows; the purger drops minutes past a day.
+sent_counts = Table(
+    "outbox_sent_counts",
+    metadata,
+    Column("minute", BigInteger, primary_key=True, autoincrement=False),
+    Column("shard", Integer, primary_key=True, autoincrement=False),
+    Column("sent", BigInteger, nullable=False),
+    Column("lag_sum", Float, nullable=False),
+    Column("lag_max", Float, nullable=False),
 )
 
 #: Every table the relay's migrations own (Alembic's comparison looks at these only).

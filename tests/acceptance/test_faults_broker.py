@@ -17,6 +17,7 @@ from tests.support.fleet import (
     Fleet,
     SteadyProducer,
     audit_delivery,
+    counted_sent,
     drained,
     fleet_env,
     ids_with_status,
@@ -110,7 +111,9 @@ def test_broker_outage_loses_nothing_marks_nothing_unconfirmed_and_burns_no_atte
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("delete_on_send", [False, True], ids=["kept", "deleted-at-send"])
 def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
+    delete_on_send: bool,
     pg_url: str,
     amqp_url: str,
     exchange_name: str,
@@ -120,7 +123,8 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
     tmp_path: Path,
 ) -> None:
     """The broker stops answering (no confirm, no error) for 6 s mid-drain: with
-    RELAY_MAX_ATTEMPTS=1 any attempt spent on the outage would bury a row; none is buried."""
+    RELAY_MAX_ATTEMPTS=1 any attempt spent on the outage would bury a row; none is buried
+    (rows kept as sent, or deleted at send)."""
     env = fleet_env(
         pg_url,
         proxy.url_for(amqp_url),
@@ -131,13 +135,14 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
         max_attempts=1,
         backoff_base_seconds=0.2,
         backoff_max_seconds=2,
+        delete_on_send=int(delete_on_send),
     )
     fleet = Fleet(env, tmp_path)
     producer = SteadyProducer(engine, total=5000, seconds=6.0)
     try:
         fleet.start(WORKERS)
         producer.start()
-        wait_until(lambda: len(ids_with_status(engine, "sent")) >= 1000, 60, "1000 rows sent")
+        wait_until(lambda: sent_so_far(engine, delete_on_send) >= 1000, 60, "1000 rows sent")
         proxy.stall()
         # The outage itself (not synchronisation): the broker is silent this long.
         time.sleep(6.0)
@@ -148,17 +153,26 @@ def test_broker_black_hole_burns_no_attempt_even_with_max_attempts_1(
         recover = time.monotonic() - restored
         fleet.assert_alive()
         result = audit_delivery(
-            engine, collector, committed, duplicate_bound=WORKERS * IN_FLIGHT_BATCHES * BATCH
+            engine,
+            collector,
+            committed,
+            duplicate_bound=WORKERS * IN_FLIGHT_BATCHES * BATCH,
+            deleted_at_send=delete_on_send,
         )
         codes = fleet.stop()
     finally:
         fleet.stop()
     assert set(codes.values()) == {0}, codes
     report(
-        "broker-black-hole",
+        "broker-black-hole" + ("-deleted-at-send" if delete_on_send else ""),
         events=result.events,
         outage_s=6.0,
         duplicates=result.duplicates,
         bound=WORKERS * IN_FLIGHT_BATCHES * BATCH,
         recover_s=recover,
     )
+
+
+def sent_so_far(engine: sa.Engine, deleted_at_send: bool) -> int:
+    """Rows marked sent, or events counted sent where rows are deleted at send."""
+    return counted_sent(engine) if deleted_at_send else len(ids_with_status(engine, "sent"))

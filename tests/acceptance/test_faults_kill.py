@@ -28,7 +28,9 @@ LEASE = 3
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("delete_on_send", [False, True], ids=["kept", "deleted-at-send"])
 def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_batch(
+    delete_on_send: bool,
     pg_url: str,
     amqp_url: str,
     exchange_name: str,
@@ -37,11 +39,16 @@ def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_
     tmp_path: Path,
 ) -> None:
     """Workers killed holding a batch: others reclaim after the lease; duplicates at most the
-    batches each victim had in flight."""
-    fleet = Fleet(
-        fleet_env(pg_url, amqp_url, exchange_name, batch_size=BATCH, lease_seconds=LEASE),
-        tmp_path,
+    batches each victim had in flight; the same when rows are deleted at send."""
+    env = fleet_env(
+        pg_url,
+        amqp_url,
+        exchange_name,
+        batch_size=BATCH,
+        lease_seconds=LEASE,
+        delete_on_send=int(delete_on_send),
     )
+    fleet = Fleet(env, tmp_path)
     producer = SteadyProducer(engine, total=6000, seconds=8.0)
     killed: set[str] = set()
     held_at_kill = 0
@@ -67,7 +74,11 @@ def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_
         recover = time.monotonic() - last_kill
         kills = len(killed)
         result = audit_delivery(
-            engine, collector, committed, duplicate_bound=kills * IN_FLIGHT_BATCHES * BATCH
+            engine,
+            collector,
+            committed,
+            duplicate_bound=kills * IN_FLIGHT_BATCHES * BATCH,
+            deleted_at_send=delete_on_send,
         )
         codes = fleet.stop()
     finally:
@@ -76,7 +87,7 @@ def test_sigkill_mid_batch_loses_nothing_and_duplicates_stay_within_kills_times_
     survivors = {name: code for name, code in codes.items() if name not in killed}
     assert set(survivors.values()) == {0}, f"a worker died on its own: {survivors}"
     report(
-        "sigkill",
+        "sigkill-deleted-at-send" if delete_on_send else "sigkill",
         events=result.events,
         kills=kills,
         rows_held_at_kills=held_at_kill,

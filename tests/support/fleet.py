@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.store.schema import outbox
+from relay.store.schema import outbox, sent_counts
 from tests.support.broker import Collector
 from tests.support.env import relay_env
 
@@ -175,6 +175,22 @@ def ids_with_status(engine: sa.Engine, status: str) -> set[int]:
         return set(conn.execute(sa.select(outbox.c.id).where(outbox.c.status == status)).scalars())
 
 
+def present_ids(engine: sa.Engine, ids: Iterable[int]) -> set[int]:
+    """Which of ``ids`` still have a row."""
+    with engine.connect() as conn:
+        return set(conn.execute(sa.select(outbox.c.id).where(outbox.c.id.in_(list(ids)))).scalars())
+
+
+def counted_sent(engine: sa.Engine) -> int:
+    """Events counted in ``outbox_sent_counts`` (deleted at send)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(sent_counts.c.sent), 0))
+            ).scalar_one()
+        )
+
+
 def enqueue_committed(
     engine: sa.Engine,
     n: int,
@@ -272,10 +288,12 @@ def audit_delivery(
     duplicate_bound: int,
     failed: Iterable[int] = (),
     timeout: float = 60.0,
+    deleted_at_send: bool = False,
 ) -> Audit:
     """Every committed event delivered (or among ``failed``), none lost, none ``processing``,
     nothing delivered that was not committed, every ``sent`` row confirmed (received), and
-    duplicates within ``duplicate_bound``."""
+    duplicates within ``duplicate_bound``. ``deleted_at_send`` (``RELAY_DELETE_ON_SEND``): a
+    sent event is one whose row is gone, and the sent counts hold each exactly once."""
     committed_ids, failed_ids = set(committed), set(failed)
     wanted = committed_ids - failed_ids
     deadline = time.monotonic() + timeout
@@ -288,6 +306,10 @@ def audit_delivery(
     got = collections.Counter(m.outbox_id for m in received)
     status = statuses(engine)
     sent = ids_with_status(engine, "sent")
+    if deleted_at_send:
+        assert not sent, "rows marked sent although RELAY_DELETE_ON_SEND deletes them"
+        sent = committed_ids - present_ids(engine, committed_ids)
+        assert counted_sent(engine) == len(sent), "the sent counts differ from the rows deleted"
     assert status.get("processing", 0) == 0, f"rows left processing: {status}"
     assert status.get("pending", 0) == 0, f"rows left pending: {status}"
     assert ids_with_status(engine, "failed") == failed_ids, "unexpected failed rows"

@@ -35,7 +35,8 @@ BAD_VALUES = [
     ("RELAY_MAX_PAYLOAD_BYTES", "1MB", "is not an integer"),
     ("RELAY_QUEUE", "q" * 256, "255 bytes"),
     ("RELAY_MAX_FANOUT", "0", "1..1000"),
-    ("RELAY_RETENTION_SECONDS", "-5", "> 0"),
+    ("RELAY_RETENTION_SECONDS", "-5", ">= 0"),
+    ("RELAY_DELETE_ON_SEND", "maybe", "is not a boolean"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "0", "> 0"),
     ("RELAY_NOTIFY", "maybe", "is not a boolean"),
     ("RELAY_NOTIFY", "2", "is not a boolean"),
@@ -99,7 +100,10 @@ EDGE_VALUES = [
     ("RELAY_QUEUE", "q" * 255),
     ("RELAY_MAX_FANOUT", "1"),
     ("RELAY_MAX_FANOUT", "1000"),
+    ("RELAY_RETENTION_SECONDS", "0"),
     ("RELAY_RETENTION_SECONDS", "1"),
+    ("RELAY_DELETE_ON_SEND", "0"),
+    ("RELAY_DELETE_ON_SEND", "1"),
     ("RELAY_RETENTION_SECONDS", "315360000"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "1"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "86400"),
@@ -177,6 +181,9 @@ def test_every_variable_has_edge_cases() -> None:
         ({"RELAY_BATCH_SIZE": "5000"}, {"batch_max": 5000}),
         ({"RELAY_BATCH_MAX": "50"}, {"batch_size": 50}),
         ({"RELAY_BATCH_MAX": "4000"}, {"batch_size": 100}),
+        ({"RELAY_RETENTION_SECONDS": "0"}, {"delete_on_send": True}),
+        ({"RELAY_DELETE_ON_SEND": "1"}, {"delete_on_send": True}),
+        ({}, {"delete_on_send": False}),
     ],
 )
 def test_defaults_follow_what_was_set(env: dict[str, str], expected: dict[str, object]) -> None:
@@ -237,6 +244,14 @@ def test_idle_poll_is_quick_unless_a_tick_was_chosen(env: dict[str, str], idle: 
         (
             {"RELAY_TICK_SECONDS": "1", "RELAY_POLL_FLOOR_SECONDS": "2"},
             ("RELAY_POLL_FLOOR_SECONDS=2.0", "RELAY_TICK_SECONDS=1.0"),
+        ),
+        (
+            {"RELAY_DELETE_ON_SEND": "1", "RELAY_RETENTION_SECONDS": "60"},
+            ("RELAY_DELETE_ON_SEND=True", "RELAY_RETENTION_SECONDS=60.0"),
+        ),
+        (
+            {"RELAY_DELETE_ON_SEND": "0", "RELAY_RETENTION_SECONDS": "0"},
+            ("RELAY_DELETE_ON_SEND=False", "RELAY_RETENTION_SECONDS=0.0"),
         ),
     ],
 )

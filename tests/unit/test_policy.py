@@ -7,7 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relay.policy import Backoff, BatchSizer, CircuitBreaker, RetryPolicy, backoff_seconds
+from relay.policy import (
+    Backoff,
+    BatchSizer,
+    CircuitBreaker,
+    PurgePacing,
+    RetryPolicy,
+    backoff_seconds,
+)
 from relay.records import Buried, ClaimedEvent, Rescheduled
 
 
@@ -133,3 +140,30 @@ def test_retry_loop_waits_start_again_after_a_success() -> None:
         backoff.next()
     backoff.reset()
     assert backoff.next() == 0.5
+
+
+@pytest.mark.parametrize(
+    ("size", "elapsed", "expected"),
+    [
+        (1000, 0.05, 2000),  # twice as fast as the target: double
+        (1000, 0.01, 2000),  # much faster: at most double
+        (1000, 0.1, 1000),  # on target: keep
+        (4000, 0.4, 2000),  # much slower: at most halve
+        (8000, 0.01, 10_000),  # never above the maximum
+        (1500, 1.0, 1000),  # never below the minimum
+        (1000, 0.0, 2000),  # a batch too quick to time: grow
+    ],
+)
+def test_purge_batches_are_sized_toward_the_target_transaction_length(
+    size: int, elapsed: float, expected: int
+) -> None:
+    """The purge's next batch scales toward a ~0.1 s transaction, by at most 2x, in bounds."""
+    assert PurgePacing().next_batch(size, elapsed) == expected
+
+
+@pytest.mark.parametrize(
+    ("duty", "elapsed", "pause"), [(0.5, 0.1, 0.1), (0.25, 0.1, 0.3), (1.0, 0.1, 0.0)]
+)
+def test_the_purge_rests_to_keep_its_duty_cycle(duty: float, elapsed: float, pause: float) -> None:
+    """After a batch the purger rests so that it deletes only ``duty`` of its time."""
+    assert PurgePacing(duty=duty).pause(elapsed) == pytest.approx(pause)

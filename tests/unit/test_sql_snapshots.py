@@ -22,6 +22,7 @@ from sqlalchemy.sql import ClauseElement
 
 from relay.records import Status
 from relay.store.dialects import Dialect, for_name, operations_for
+from relay.store.dialects.retention import RetentionStatements
 from relay.store.filters import EventFilter
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -50,6 +51,9 @@ NOT_STATEMENTS = {
     "purge_inbox",
     "run_params",
     "try_lock",
+    "epoch_now",
+    "this_minute",
+    "cutoff",
 }
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.
@@ -102,7 +106,7 @@ def _canned(dialect: Dialect, name: str) -> Any:
 def _builders(name: str) -> list[Any]:
     """The objects whose methods build this database's statements."""
     dialect = for_name(name)
-    return [dialect, operations_for(dialect)]
+    return [dialect, operations_for(dialect), RetentionStatements(dialect)]
 
 
 def _statements(builders: Any) -> dict[str, tuple[ClauseElement, str]]:

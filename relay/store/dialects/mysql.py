@@ -35,6 +35,7 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    literal,
     literal_column,
     select,
     type_coerce,
@@ -187,19 +188,22 @@ class MySQLOperations(Operations):
     """The operator's statements on MySQL and MariaDB: the retention purge's derived table."""
 
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
-        """Delete up to ``limit`` sent rows older than the retention, oldest first.
+        """Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
+        ``ix_outbox_sent_at`` from its start, so a batch reads only the rows it deletes).
 
         MySQL refuses a LIMIT inside ``IN (subquery)`` and a sub-select of the table being
-        deleted from; a derived table (materialized first) is allowed.
+        deleted from; a derived table (materialized first) is allowed. Joined (a multi-table
+        DELETE), each victim is found by primary key; as ``id IN (SELECT … FROM derived)``
+        MariaDB scanned the whole table for every batch (0.14 s a batch at 200,000 rows).
         """
         victims = (
             select(outbox.c.id)
             .where(
+                outbox.c.sent_at < self.dialect.now_plus(literal(-older_than_seconds, Float)),
                 outbox.c.status == SENT,
-                self.dialect.seconds_since(outbox.c.sent_at) > older_than_seconds,
             )
-            .order_by(outbox.c.id)
+            .order_by(outbox.c.sent_at)
             .limit(limit)
             .subquery("victims")
         )
-        return delete(outbox).where(outbox.c.id.in_(select(victims.c.id)))
+        return delete(outbox).where(outbox.c.id == victims.c.id)

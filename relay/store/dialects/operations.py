@@ -248,14 +248,15 @@ class Operations:
         return stmt.order_by(audit.c.id.desc()).limit(limit)
 
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
-        """Delete up to ``limit`` sent rows older than the retention, oldest first."""
+        """Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
+        ``ix_outbox_sent_at`` from its start, so a batch reads only the rows it deletes)."""
         victims = (
             select(outbox.c.id)
             .where(
+                outbox.c.sent_at < self.dialect.now_plus(literal(-older_than_seconds, Float)),
                 outbox.c.status == SENT,
-                self.dialect.seconds_since(outbox.c.sent_at) > older_than_seconds,
             )
-            .order_by(outbox.c.id)
+            .order_by(outbox.c.sent_at)
             .limit(limit)
         )
         return delete(outbox).where(outbox.c.id.in_(victims.scalar_subquery()))

@@ -1,3 +1,9 @@
+-- add_purger: Purger ``b_name``'s row, where a database lacks it (its tables were copied without
+INSERT INTO relay_purger (name) SELECT %s AS anon_1 FROM DUAL
+WHERE NOT (EXISTS (SELECT relay_purger.name
+FROM relay_purger
+WHERE relay_purger.name = %s));
+
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=%s WHERE outbox_progress.ordering_key = %s AND outbox_progress.sent_seq = %s;
 
@@ -59,6 +65,15 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
+-- count_sent: Add ``b_sent`` events to this minute's count in shard ``b_shard``, with their lag
+INSERT INTO outbox_sent_counts (minute, shard, sent, lag_sum, lag_max) VALUES (CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER), %s, %s, (%s * UNIX_TIMESTAMP(NOW(6)) - %s), (UNIX_TIMESTAMP(NOW(6)) - %s)) ON DUPLICATE KEY UPDATE sent = (outbox_sent_counts.sent + VALUES(sent)), lag_sum = (outbox_sent_counts.lag_sum + VALUES(lag_sum)), lag_max = greatest(outbox_sent_counts.lag_max, VALUES(lag_max));
+
+-- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
+DELETE FROM outbox WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
+
+-- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
+UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%s, holder=NULL, expires_at=NULL, ran_at=(UTC_TIMESTAMP(6)) WHERE relay_purger.name = %s AND relay_purger.holder = %s;
+
 -- event_details: Every column of the rows ``matching`` selects (one event's page).
 SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
@@ -77,6 +92,9 @@ outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6));
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+
+-- forget_counts: Drop the counts of minutes older than ``b_minutes`` minutes.
+DELETE FROM outbox_sent_counts WHERE outbox_sent_counts.minute <= CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - %s;
 
 -- gauges: Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
 SELECT (SELECT count(*) AS count_1
@@ -159,6 +177,18 @@ SELECT timestampdiff(MICROSECOND, (SELECT min(outbox.created_at) AS min_1
 FROM outbox
 WHERE outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1;
 
+-- oldest_sent_age: Seconds since the oldest sent row was sent (NULL: none), via ``ix_outbox_sent_at``.
+SELECT timestampdiff(MICROSECOND, (SELECT min(outbox.sent_at) AS min_1
+FROM outbox
+WHERE outbox.sent_at IS NOT NULL), (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1;
+
+-- past_retention: Sent rows older than the retention, counted no further than ``limit`` (a bounded
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.status = 'sent'
+ LIMIT %s) AS past;
+
 -- pick_statement: ``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
 SELECT outbox.id
 FROM outbox
@@ -173,15 +203,19 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 -- purge_failed: Delete the failed rows ``matching`` selects.
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
--- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
-DELETE FROM outbox WHERE outbox.id IN (SELECT victims.id
-FROM (SELECT outbox.id AS id
+-- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
+DELETE FROM outbox USING outbox, (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'sent' AND timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0 > %s ORDER BY outbox.id
- LIMIT %s) AS victims);
+WHERE outbox.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.status = 'sent' ORDER BY outbox.sent_at
+ LIMIT %s) AS victims WHERE outbox.id = victims.id;
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+
+-- purger_record: Purger ``b_name``'s last two figures, seconds since it last ran, and its holder.
+SELECT relay_purger.behind_rows, relay_purger.prev_behind_rows, timestampdiff(MICROSECOND, relay_purger.ran_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS ran_ago, relay_purger.holder
+FROM relay_purger
+WHERE relay_purger.name = %s;
 
 -- record_action: One audit row: who did what, to which rows, how many (bind every column but id, at).
 INSERT INTO relay_audit (id, at, actor, `role`, via, action, status, selector, matched, changed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
@@ -206,6 +240,16 @@ SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) FOR UPDATE SKIP LOCKED;
 
+-- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
+SELECT coalesce(sum(outbox_sent_counts.sent), %s) AS coalesce_1
+FROM outbox_sent_counts
+WHERE outbox_sent_counts.minute > CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - %s;
+
+-- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
+SELECT CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / sum(outbox_sent_counts.sent) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
+FROM outbox_sent_counts
+WHERE outbox_sent_counts.minute > CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - %s GROUP BY outbox_sent_counts.minute;
+
 -- sent_per_minute: The last hour's sent rows per minute ago (0-59), with their mean and largest
 SELECT floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0) AS minutes_ago, count(*) AS sent, avg(timestampdiff(MICROSECOND, outbox.created_at, (UTC_TIMESTAMP(6))) / 1000000.0 - timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) AS mean_lag, max(timestampdiff(MICROSECOND, outbox.created_at, (UTC_TIMESTAMP(6))) / 1000000.0 - timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) AS max_lag
 FROM outbox
@@ -216,6 +260,9 @@ UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %s TH
 
 -- start_progress: ``INSERT IGNORE … (key, 0)`` into ``outbox_progress``.
 INSERT IGNORE INTO outbox_progress (ordering_key, sent_seq) VALUES (%s, %s);
+
+-- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
+UPDATE relay_purger SET holder=%s, expires_at=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) WHERE relay_purger.name = %s AND (relay_purger.holder IS NULL OR relay_purger.holder = %s OR relay_purger.expires_at < (UTC_TIMESTAMP(6)));
 
 -- take_seq: ``INSERT … VALUES (key, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq =
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, last_insert_id(%s)) ON DUPLICATE KEY UPDATE last_seq = last_insert_id(outbox_sequence.last_seq + %s);

@@ -1,3 +1,9 @@
+-- add_purger: Purger ``b_name``'s row, where a database lacks it (its tables were copied without
+INSERT INTO relay_purger (name) SELECT %(b_name)s::VARCHAR AS anon_1
+WHERE NOT (EXISTS (SELECT relay_purger.name
+FROM relay_purger
+WHERE relay_purger.name = %(b_name)s::VARCHAR));
+
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=%(b_to)s::BIGINT WHERE outbox_progress.ordering_key = %(b_key)s::VARCHAR AND outbox_progress.sent_seq = %(b_from)s::BIGINT;
 
@@ -66,6 +72,19 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
+-- count_sent: Add ``b_sent`` events to this minute's count in shard ``b_shard``, with their lag
+INSERT INTO outbox_sent_counts (minute, shard, sent, lag_sum, lag_max) VALUES (CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT), %(b_shard)s::INTEGER, %(b_sent)s::BIGINT, (%(b_sent)s::BIGINT * extract(epoch from now()) - %(b_created_sum)s), (extract(epoch from now()) - %(b_created_min)s)) ON CONFLICT (minute, shard) DO UPDATE SET sent = (outbox_sent_counts.sent + excluded.sent), lag_sum = (outbox_sent_counts.lag_sum + excluded.lag_sum), lag_max = greatest(outbox_sent_counts.lag_max, excluded.lag_max) RETURNING outbox_sent_counts.minute;
+
+-- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
+DELETE FROM outbox WHERE outbox.id = ANY (array((SELECT o.id
+FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
+
+-- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
+UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%(b_behind)s::BIGINT, holder=NULL, expires_at=NULL, ran_at=now() WHERE relay_purger.name = %(b_name)s::VARCHAR AND relay_purger.holder = %(b_holder)s::VARCHAR;
+
 -- event_details: Every column of the rows ``matching`` selects (one event's page).
 SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
@@ -84,6 +103,9 @@ coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locke
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- forget_counts: Drop the counts of minutes older than ``b_minutes`` minutes.
+DELETE FROM outbox_sent_counts WHERE outbox_sent_counts.minute <= CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT) - %(b_minutes)s::BIGINT;
 
 -- gauges: Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
 SELECT (SELECT count(*) AS count_1
@@ -176,6 +198,18 @@ SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
 FROM outbox
 WHERE outbox.status = 'pending')) AS FLOAT) AS anon_1;
 
+-- oldest_sent_age: Seconds since the oldest sent row was sent (NULL: none), via ``ix_outbox_sent_at``.
+SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.sent_at) AS min_1
+FROM outbox
+WHERE outbox.sent_at IS NOT NULL)) AS FLOAT) AS anon_1;
+
+-- past_retention: Sent rows older than the retention, counted no further than ``limit`` (a bounded
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.sent_at < now() + %(param_1)s * interval '1 second' AND outbox.status = 'sent'
+ LIMIT %(param_2)s::INTEGER) AS past;
+
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
 SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
 FROM outbox_progress
@@ -184,14 +218,19 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 -- purge_failed: Delete the failed rows ``matching`` selects.
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
--- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
+-- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
 DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
 FROM outbox
-WHERE outbox.status = 'sent' AND CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) > %(param_1)s ORDER BY outbox.id
+WHERE outbox.sent_at < now() + %(param_1)s * interval '1 second' AND outbox.status = 'sent' ORDER BY outbox.sent_at
  LIMIT %(param_2)s::INTEGER);
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- purger_record: Purger ``b_name``'s last two figures, seconds since it last ran, and its holder.
+SELECT relay_purger.behind_rows, relay_purger.prev_behind_rows, CAST(EXTRACT(epoch FROM now() - relay_purger.ran_at) AS FLOAT) AS ran_ago, relay_purger.holder
+FROM relay_purger
+WHERE relay_purger.name = %(b_name)s::VARCHAR;
 
 -- record_action: One audit row: who did what, to which rows, how many (bind every column but id, at).
 INSERT INTO relay_audit (id, at, actor, role, via, action, status, selector, matched, changed) VALUES (%(id)s::BIGINT, %(at)s::TIMESTAMP WITH TIME ZONE, %(actor)s::VARCHAR, %(role)s::VARCHAR, %(via)s::VARCHAR, %(action)s::VARCHAR, %(status)s::VARCHAR, %(selector)s::JSON, %(matched)s::INTEGER, %(changed)s::INTEGER);
@@ -226,6 +265,16 @@ FROM outbox
 WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
  LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true;
 
+-- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
+SELECT coalesce(sum(outbox_sent_counts.sent), %(coalesce_2)s::INTEGER) AS coalesce_1
+FROM outbox_sent_counts
+WHERE outbox_sent_counts.minute > CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT) - %(b_minutes)s::BIGINT;
+
+-- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
+SELECT CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / CAST(sum(outbox_sent_counts.sent) AS NUMERIC) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
+FROM outbox_sent_counts
+WHERE outbox_sent_counts.minute > CAST(floor(extract(epoch from now()) / CAST(%(param_2)s::INTEGER AS NUMERIC)) AS BIGINT) - %(param_3)s::BIGINT GROUP BY outbox_sent_counts.minute;
+
 -- sent_per_minute: The last hour's sent rows per minute ago (0-59), with their mean and largest
 SELECT floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC)) AS minutes_ago, count(*) AS sent, avg(CAST(EXTRACT(epoch FROM now() - outbox.created_at) AS FLOAT) - CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT)) AS mean_lag, max(CAST(EXTRACT(epoch FROM now() - outbox.created_at) AS FLOAT) - CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT)) AS max_lag
 FROM outbox
@@ -236,6 +285,9 @@ UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %(par
 
 -- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
 INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (%(key)s::VARCHAR, %(sent_seq)s::BIGINT) ON CONFLICT (ordering_key) DO NOTHING;
+
+-- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
+UPDATE relay_purger SET holder=%(b_holder)s::VARCHAR, expires_at=(now() + %(b_seconds)s * interval '1 second') WHERE relay_purger.name = %(b_name)s::VARCHAR AND (relay_purger.holder IS NULL OR relay_purger.holder = %(b_holder)s::VARCHAR OR relay_purger.expires_at < now());
 
 -- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + %(last_seq_1)s::BIGINT) RETURNING outbox_sequence.last_seq;

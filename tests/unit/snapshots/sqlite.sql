@@ -1,3 +1,9 @@
+-- add_purger: Purger ``b_name``'s row, where a database lacks it (its tables were copied without
+INSERT INTO relay_purger (name) SELECT ? AS anon_1
+WHERE NOT (EXISTS (SELECT relay_purger.name
+FROM relay_purger
+WHERE relay_purger.name = ?));
+
 -- advance: Move key ``b_key``'s progress from ``b_from`` to ``b_to`` (executemany).
 UPDATE outbox_progress SET sent_seq=? WHERE outbox_progress.ordering_key = ? AND outbox_progress.sent_seq = ?;
 
@@ -63,6 +69,15 @@ SELECT count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
+-- count_sent: Add ``b_sent`` events to this minute's count in shard ``b_shard``, with their lag
+INSERT INTO outbox_sent_counts (minute, shard, sent, lag_sum, lag_max) VALUES (CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT), ?, ?, (? * ((julianday('now') - 2440587.5) * 86400.0) - ?), (((julianday('now') - 2440587.5) * 86400.0) - ?)) ON CONFLICT (minute, shard) DO UPDATE SET sent = (outbox_sent_counts.sent + excluded.sent), lag_sum = (outbox_sent_counts.lag_sum + excluded.lag_sum), lag_max = max(outbox_sent_counts.lag_max, excluded.lag_max) RETURNING minute;
+
+-- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
+DELETE FROM outbox WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
+UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=?, holder=NULL, expires_at=NULL, ran_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_purger.name = ? AND relay_purger.holder = ?;
+
 -- event_details: Every column of the rows ``matching`` selects (one event's page).
 SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
@@ -81,6 +96,9 @@ coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
+-- forget_counts: Drop the counts of minutes older than ``b_minutes`` minutes.
+DELETE FROM outbox_sent_counts WHERE outbox_sent_counts.minute <= CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - ?;
 
 -- gauges: Metrics' one read: capped counts per unfinished status and expired leases, oldest age.
 SELECT (SELECT count(*) AS count_1
@@ -160,6 +178,18 @@ SELECT (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
 FROM outbox
 WHERE outbox.status = 'pending'))) * 86400.0 AS anon_1;
 
+-- oldest_sent_age: Seconds since the oldest sent row was sent (NULL: none), via ``ix_outbox_sent_at``.
+SELECT (julianday('now') - julianday((SELECT min(outbox.sent_at) AS min_1
+FROM outbox
+WHERE outbox.sent_at IS NOT NULL))) * 86400.0 AS anon_1;
+
+-- past_retention: Sent rows older than the retention, counted no further than ``limit`` (a bounded
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.sent_at < strftime(?, 'now', printf(?, ?)) AND outbox.status = 'sent'
+ LIMIT ? OFFSET ?) AS past;
+
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
 SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
 FROM outbox_progress
@@ -168,14 +198,19 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 -- purge_failed: Delete the failed rows ``matching`` selects.
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
--- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first.
+-- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
 DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
 FROM outbox
-WHERE outbox.status = 'sent' AND (julianday('now') - julianday(outbox.sent_at)) * 86400.0 > ? ORDER BY outbox.id
+WHERE outbox.sent_at < strftime(?, 'now', printf(?, ?)) AND outbox.status = 'sent' ORDER BY outbox.sent_at
  LIMIT ? OFFSET ?);
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
+-- purger_record: Purger ``b_name``'s last two figures, seconds since it last ran, and its holder.
+SELECT relay_purger.behind_rows, relay_purger.prev_behind_rows, (julianday('now') - julianday(relay_purger.ran_at)) * 86400.0 AS ran_ago, relay_purger.holder
+FROM relay_purger
+WHERE relay_purger.name = ?;
 
 -- record_action: One audit row: who did what, to which rows, how many (bind every column but id, at).
 INSERT INTO relay_audit (id, at, actor, role, via, action, status, selector, matched, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
@@ -200,6 +235,16 @@ SELECT outbox.id, outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
 
+-- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
+SELECT coalesce(sum(outbox_sent_counts.sent), ?) AS coalesce_1
+FROM outbox_sent_counts
+WHERE outbox_sent_counts.minute > CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - ?;
+
+-- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
+SELECT CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / (sum(outbox_sent_counts.sent) + 0.0) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
+FROM outbox_sent_counts
+WHERE outbox_sent_counts.minute > CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - ? GROUP BY outbox_sent_counts.minute;
+
 -- sent_per_minute: The last hour's sent rows per minute ago (0-59), with their mean and largest
 SELECT floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0)) AS minutes_ago, count(*) AS sent, avg((julianday('now') - julianday(outbox.created_at)) * 86400.0 - (julianday('now') - julianday(outbox.sent_at)) * 86400.0) AS mean_lag, max((julianday('now') - julianday(outbox.created_at)) * 86400.0 - (julianday('now') - julianday(outbox.sent_at)) * 86400.0) AS max_lag
 FROM outbox
@@ -210,6 +255,9 @@ UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN ? THE
 
 -- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
 INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
+
+-- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
+UPDATE relay_purger SET holder=?, expires_at=strftime(?, 'now', printf(?, ?)) WHERE relay_purger.name = ? AND (relay_purger.holder IS NULL OR relay_purger.holder = ? OR relay_purger.expires_at < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
 
 -- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + ?) RETURNING last_seq;

@@ -1,0 +1,56 @@
+"""The retention section's table for ``docs/benchmarks.md`` (``bench/retention.py``'s JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report import table
+
+RUNS = (
+    ("without_purges", "sustained, purger never due"),
+    ("with_purges", "sustained, purger on"),
+    ("catchup", "catch-up from the backlog, purger on"),
+)
+
+
+def _n(x: float | None, unit: str = "") -> str:
+    return "-" if x is None else f"{x:,.0f}{unit}"
+
+
+def _x(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def retention(data: dict[str, Any]) -> str:
+    """Per database and run: produced and delivered rates, p99 lag, rows and bytes, catch-up."""
+    rows = []
+    for kind in ("postgresql", "mariadb"):
+        for name, label in RUNS:
+            r = data.get(kind, {}).get(name)
+            if r is None:
+                continue
+            rows.append(
+                (
+                    kind,
+                    label,
+                    _n(r["produced_rate"]),
+                    _n(r["rate"]),
+                    _n(r["p99_ms"], " ms"),
+                    f"{_x(r.get('rate_vs_without'))} / {_x(r.get('p99_vs_without'))}",
+                    f"{_n(r['rows_max'])} / {_n(r['rows_end'])}",
+                    f"{r['bytes_max'] / 2**20:,.0f} / {r['bytes_end'] / 2**20:,.0f}",
+                    "-" if r.get("caught_up_s") is None else f"{r['caught_up_s']:.0f} s",
+                )
+            )
+    header = (
+        "database",
+        "run",
+        "produced ev/s",
+        "delivered ev/s (median)",
+        "commit-to-sent p99",
+        "rate / p99 vs without",
+        "rows max / end",
+        "MiB max / end",
+        "backlog purged after",
+    )
+    return table(header, rows)

@@ -1,0 +1,323 @@
+"""Retention at volume (issue 25): does the table level off under a sustained producer, and does
+a backlog of sent rows past the retention get purged while delivery goes on?
+
+- ``sustained``: per database, a producer process commits ``rate`` rows a second (transactions
+  of ``rate * 0.05`` rows, plain multi-row INSERTs) for ``minutes``, drained by ``processes`` x
+  ``relay dispatch --loop`` with ``RELAY_RETENTION_SECONDS=60``; once with the purger every
+  ``interval`` seconds, once with it never due (the two runs take turns). Every ``sample``
+  seconds: rows in the table, its size on disk (``pg_total_relation_size``; on MariaDB
+  ``information_schema.tables``' data + index length, InnoDB's estimate), events sent since the
+  last sample and their commit-to-sent lag (``sent_at - created_at`` of the rows sent in the
+  window; p99 over the run's second half). Nobody consumes: the bound queue is purged at each
+  sample.
+- ``catchup``: the same database kind filled with ``backlog`` sent rows sent a day ago, then
+  the same producer and relays with the purger on: how long until no row is past the
+  retention, and the rate and lag meanwhile, against the sustained run without purges.
+
+``python -m bench --only retention [--minutes M] [--backlog N] [--rate R]`` or
+``python -m bench.retention --minutes 20 --backlog 10000000 --rate 10000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench import procs, rows, services
+from bench.timing import percentile, relay_env
+from relay.store.retention import RetentionStore
+from relay.store.schema import outbox
+
+RETENTION_SECONDS = 60
+PERIOD = 0.05
+KINDS = {"postgresql": "postgresql", "mariadb": "mariadb"}
+
+_LAG = {
+    "postgresql": "extract(epoch from sent_at - created_at)",
+    "mariadb": "timestampdiff(MICROSECOND, created_at, sent_at) / 1e6",
+}
+_SIZE = {
+    "postgresql": "SELECT pg_total_relation_size('outbox')",
+    "mariadb": "SELECT data_length + index_length FROM information_schema.tables "
+    "WHERE table_schema = DATABASE() AND table_name = 'outbox'",
+}
+_OLD = {
+    "postgresql": "now() - interval '1 day'",
+    "mariadb": "UTC_TIMESTAMP(6) - INTERVAL 1 DAY",
+}
+
+
+def _produce(url: str, rate: int, seconds: float, ready: Any, go: Any, done: Any) -> None:
+    """Commit ``rate`` rows a second for ``seconds`` from ``go`` (a transaction every PERIOD),
+    as plain SQL; report the rows committed."""
+    engine = sa.create_engine(url)
+    per_tx = max(1, round(rate * PERIOD))
+    values = [
+        {"event_type": rows.EVENT_TYPE, "payload": rows.payload(n), "headers": rows.HEADERS}
+        for n in range(per_tx)
+    ]
+    stmt = sa.insert(outbox)
+    with engine.connect():
+        pass  # connected before the clock
+    ready.set()
+    go.wait()
+    committed, start = 0, time.monotonic()
+    next_at = start
+    while time.monotonic() - start < seconds:
+        with engine.begin() as conn:
+            conn.execute(stmt, values)
+        committed += per_tx
+        next_at += PERIOD
+        pause = next_at - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    engine.dispose()
+    done.put(committed)
+
+
+def _prefill(url: str, kind: str, count: int) -> float:
+    """``count`` sent rows sent a day ago; returns the seconds it took."""
+    started = time.perf_counter()
+    engine = sa.create_engine(url)
+    chunk = 200_000 if kind == "postgresql" else 20_000
+    series = (
+        "generate_series(1, :n) AS g"
+        if kind == "postgresql"
+        else "(SELECT seq AS g FROM seq_1_to_{n}) AS s"
+    )
+    cast = "CAST(:payload AS jsonb)" if kind == "postgresql" else ":payload"
+    hcast = "CAST(:headers AS jsonb)" if kind == "postgresql" else ":headers"
+    done = 0
+    while done < count:
+        n = min(chunk, count - done)
+        sql = (
+            "INSERT INTO outbox (event_type, payload, headers, status, attempt, created_at, "
+            f"updated_at, sent_at) SELECT :event_type, {cast}, {hcast}, 'sent', 1, {_OLD[kind]}, "
+            f"{_OLD[kind]}, {_OLD[kind]} FROM {series.format(n=n)}"
+        )
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(sql),
+                {
+                    "event_type": rows.EVENT_TYPE,
+                    "payload": json.dumps(rows.PAYLOAD),
+                    "headers": json.dumps(rows.HEADERS),
+                    "n": n,
+                },
+            )
+        done += n
+    if kind == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE outbox"))
+    engine.dispose()
+    return time.perf_counter() - started
+
+
+class _Sampler:
+    """The table's rows, size, and the rows sent since the last look with their lags."""
+
+    def __init__(self, url: str, kind: str) -> None:
+        self.engine, self.kind = sa.create_engine(url), kind
+        self.retention = RetentionStore.from_url(url)
+        self.since = self._now()
+
+    def _now(self) -> Any:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.text("SELECT max(sent_at) FROM outbox")).scalar()
+
+    def sample(self) -> tuple[dict[str, Any], list[float]]:
+        lag = _LAG[self.kind]
+        where = "sent_at > :since" if self.since is not None else "sent_at IS NOT NULL"
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                sa.text(f"SELECT sent_at, {lag} FROM outbox WHERE {where}"), {"since": self.since}
+            ).all()
+            count = int(conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one())
+            size = int(conn.execute(sa.text(_SIZE[self.kind])).scalar() or 0)
+        if found:
+            self.since = max(r[0] for r in found)
+        lags = [float(r[1]) for r in found]
+        behind = self.retention.past_retention(RETENTION_SECONDS, 100_000_000)
+        return {"rows": count, "bytes": size, "sent": len(lags), "past_retention": behind}, lags
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self.retention.dispose()
+
+
+def _run(
+    url: str,
+    kind: str,
+    route: services.Route,
+    *,
+    rate: int,
+    seconds: float,
+    processes: int,
+    interval: float | None,
+    sample_seconds: float,
+    until_caught_up: bool = False,
+) -> dict[str, Any]:
+    """One producer + relays run; the samples and its summary (second half, or the catch-up)."""
+    extra = {
+        "RELAY_RETENTION_SECONDS": str(RETENTION_SECONDS),
+        # Never due within the run: the purger's first run (at start) finds nothing to delete.
+        "RELAY_PURGE_INTERVAL_SECONDS": str(interval or 10**9),
+    }
+    env = relay_env(url, route, None, extra)
+    sampler = _Sampler(url, kind)
+    samples: list[dict[str, Any]] = []
+    lags: list[tuple[float, list[float]]] = []
+    ctx = mp.get_context("spawn")
+    done: Any = ctx.Queue()
+    ready, go = ctx.Event(), ctx.Event()
+    producer = ctx.Process(target=_produce, args=(url, rate, seconds, ready, go, done))
+    producer.start()
+    if not ready.wait(120):
+        raise RuntimeError("the producer did not start")
+    with procs.workers(procs.relay_command(), env, processes, ready=procs.RELAY_READY):
+        go.set()
+        started = time.monotonic()
+        caught_up_at: float | None = None
+        last = started
+        while producer.is_alive() or not samples:
+            time.sleep(max(0.0, last + sample_seconds - time.monotonic()))
+            now = time.monotonic()
+            figures, window = sampler.sample()
+            route.purge()
+            t = now - started
+            figures.update(t=round(t, 1), rate=figures["sent"] / (now - last))
+            figures["p99_ms"] = percentile(sorted(window), 0.99) * 1000 if window else None
+            samples.append(figures)
+            lags.append((t, window))
+            last = now
+            if until_caught_up and caught_up_at is None and figures["past_retention"] == 0:
+                caught_up_at = t
+            if not producer.is_alive():
+                break
+        producer.join()
+        committed = done.get(timeout=10)
+    sampler.close()
+    if until_caught_up:
+        chosen = [w for t, w in lags if caught_up_at is None or t <= caught_up_at]
+        chosen_samples = [s for s in samples if caught_up_at is None or s["t"] <= caught_up_at]
+    else:
+        chosen = [w for t, w in lags if t > seconds / 2]
+        chosen_samples = [s for s in samples if s["t"] > seconds / 2]
+    flat = sorted(x for w in chosen for x in w)
+    return {
+        "offered_rate": rate,
+        "produced_rate": committed / seconds,
+        "rate": statistics.median(s["rate"] for s in chosen_samples) if chosen_samples else None,
+        "p99_ms": percentile(flat, 0.99) * 1000 if flat else None,
+        "rows_end": samples[-1]["rows"],
+        "rows_max": max(s["rows"] for s in samples),
+        "bytes_end": samples[-1]["bytes"],
+        "bytes_max": max(s["bytes"] for s in samples),
+        "caught_up_s": caught_up_at,
+        "samples": samples,
+    }
+
+
+@contextlib.contextmanager
+def _fresh(kind: str) -> Iterator[str]:
+    with services.database("retention", KINDS[kind]) as url:
+        yield url
+
+
+def run(
+    amqp_url: str,
+    minutes: float,
+    backlog: int,
+    rate: int,
+    *,
+    processes: int = 2,
+    interval: float = 10.0,
+    kinds: Sequence[str] = ("postgresql", "mariadb"),
+    sample_seconds: float = 5.0,
+) -> dict[str, Any]:
+    """Both scenarios on each database kind (see the module doc)."""
+    seconds = minutes * 60
+    out: dict[str, Any] = {
+        "minutes": minutes,
+        "backlog": backlog,
+        "rate": rate,
+        "processes": processes,
+        "purge_interval_seconds": interval,
+        "retention_seconds": RETENTION_SECONDS,
+    }
+    with services.route(amqp_url, "retention") as route:
+        for i, kind in enumerate(kinds):
+            res: dict[str, Any] = {}
+            order = [True, False] if i % 2 == 0 else [False, True]
+            for purging in order:
+                with _fresh(kind) as url:
+                    name = "with_purges" if purging else "without_purges"
+                    res[name] = _run(
+                        url,
+                        kind,
+                        route,
+                        rate=rate,
+                        seconds=seconds,
+                        processes=processes,
+                        interval=interval if purging else None,
+                        sample_seconds=sample_seconds,
+                    )
+            with _fresh(kind) as url:
+                prefill = _prefill(url, kind, backlog)
+                res["catchup"] = _run(
+                    url,
+                    kind,
+                    route,
+                    rate=rate,
+                    seconds=seconds,
+                    processes=processes,
+                    interval=interval,
+                    sample_seconds=sample_seconds,
+                    until_caught_up=True,
+                )
+                res["catchup"]["prefill_s"] = prefill
+            base = res["without_purges"]
+            for name in ("with_purges", "catchup"):
+                r = res[name]
+                r["rate_vs_without"] = _ratio(r["rate"], base["rate"])
+                r["p99_vs_without"] = _ratio(r["p99_ms"], base["p99_ms"])
+            out[kind] = res
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if not a or not b else a / b
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.retention", description=__doc__)
+    p.add_argument("--minutes", type=float, default=20.0)
+    p.add_argument("--backlog", type=int, default=10_000_000)
+    p.add_argument("--rate", type=int, default=10_000)
+    p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--interval", type=float, default=10.0, help="RELAY_PURGE_INTERVAL_SECONDS")
+    p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    ns = p.parse_args(argv)
+    result = run(
+        services.AMQP_URL,
+        ns.minutes,
+        ns.backlog,
+        ns.rate,
+        processes=ns.processes,
+        interval=ns.interval,
+        kinds=ns.kinds,
+    )
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

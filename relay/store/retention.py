@@ -1,0 +1,115 @@
+"""The retention store: the purger's lease, its paced deletes and record, and the readings the
+doctor, the metrics and the console take of retention (rows past it, the oldest sent row, the
+sent counts kept when rows are deleted at send).
+
+Statements are in ``relay.store.dialects.retention`` (and the batch delete in the operations
+dialect, shared with ``relay purge-sent``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy import exc as sa_exc
+
+from relay.store import dialects
+from relay.store.base import BaseStore
+from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
+from relay.store.operations import COUNTS_KEPT_MINUTES
+
+
+@dataclass(frozen=True, slots=True)
+class PurgerRecord:
+    """What the last two purge runs left behind, and when the last one ended."""
+
+    #: Sent rows past the retention left after the last run (0: it caught up).
+    behind_rows: int
+    #: The same after the run before it.
+    prev_behind_rows: int
+    #: Seconds since the last run ended; None if no run has ended yet.
+    ran_ago_seconds: float | None
+    #: The purger holding the lease now, if any.
+    holder: str | None
+
+    @property
+    def falling_behind(self) -> bool:
+        """Rows past the retention grew from one run to the next: the purge does not keep up."""
+        return self.behind_rows > 0 and self.behind_rows > self.prev_behind_rows
+
+
+class RetentionStore(BaseStore):
+    """Retention's verbs over the ``outbox`` table of one database."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.ops = dialects.operations_for(self.dialect)
+        self.sql = RetentionStatements(self.dialect)
+
+    def take_lease(self, holder: str, seconds: float, name: str = SENT_PURGER) -> bool:
+        """Hold purger ``name``'s lease for ``seconds`` (or renew it); False: another has it."""
+        with self._tx() as conn:
+            return self._take(conn, holder, seconds, name)
+
+    def _take(self, conn: Any, holder: str, seconds: float, name: str) -> bool:
+        params = {"b_name": name, "b_holder": holder, "b_seconds": seconds}
+        if conn.execute(self.sql.take_lease(), params).rowcount:
+            return True
+        if conn.execute(self.sql.purger_record(), {"b_name": name}).first() is not None:
+            return False
+        with contextlib.suppress(sa_exc.IntegrityError), conn.begin_nested():
+            conn.execute(self.sql.add_purger(), {"b_name": name})
+        return bool(conn.execute(self.sql.take_lease(), params).rowcount)
+
+    def purge_batch(
+        self, holder: str, lease_seconds: float, older_than_seconds: float, limit: int
+    ) -> int | None:
+        """Renew the lease and delete up to ``limit`` sent rows past the retention, in one short
+        transaction; None (nothing deleted) when the lease was lost to another purger."""
+        with self._tx() as conn:
+            if not self._take(conn, holder, lease_seconds, SENT_PURGER):
+                return None
+            return int(conn.execute(self.ops.purge_sent(older_than_seconds, limit)).rowcount)
+
+    def end_run(self, holder: str, behind_rows: int, name: str = SENT_PURGER) -> None:
+        """Give the lease back, recording the rows left past the retention; old counts go."""
+        with self._tx() as conn:
+            params = {"b_name": name, "b_holder": holder, "b_behind": behind_rows}
+            conn.execute(self.sql.end_run(), params)
+            conn.execute(self.sql.forget_counts(), {"b_minutes": COUNTS_KEPT_MINUTES})
+
+    def record(self, name: str = SENT_PURGER) -> PurgerRecord | None:
+        """The purger's record; None where the table has no such row (not migrated)."""
+        with self._tx() as conn:
+            row = conn.execute(self.sql.purger_record(), {"b_name": name}).first()
+        if row is None:
+            return None
+        ago = None if row.ran_ago is None else max(0.0, float(row.ran_ago))
+        return PurgerRecord(int(row.behind_rows), int(row.prev_behind_rows), ago, row.holder)
+
+    def past_retention(self, older_than_seconds: float, limit: int) -> int:
+        """Sent rows older than the retention, counted up to ``limit``."""
+        with self._tx() as conn:
+            stmt = self.sql.past_retention(older_than_seconds, limit)
+            return int(conn.execute(stmt).scalar() or 0)
+
+    def oldest_sent_age(self) -> float | None:
+        """Seconds since the oldest sent row still in the table was sent (None: no sent row)."""
+        with self._tx() as conn:
+            age = conn.execute(self.sql.oldest_sent_age()).scalar()
+        return None if age is None else max(0.0, float(age))
+
+    def sent_counted(self, minutes: int = 60) -> int:
+        """Events counted sent (deleted at send) in the last ``minutes`` minutes."""
+        with self._tx() as conn:
+            return int(conn.execute(self.sql.sent_counted(), {"b_minutes": minutes}).scalar() or 0)
+
+    def sent_minutes(self) -> list[dict[str, Any]]:
+        """The last hour's counted sends per minute ago, with mean and largest lag."""
+        with self._tx() as conn:
+            return [dict(r) for r in conn.execute(self.sql.sent_minutes()).mappings()]
+
+
+__all__ = ["COUNTS_KEPT_MINUTES", "PurgerRecord", "RetentionStore"]
