@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher, Report
@@ -186,17 +186,24 @@ def serve_metrics(settings: Settings, engine: Engine) -> None:
 
 def serve_worker_metrics(settings: Settings) -> None:
     """In a Celery worker's main process, before the pool forks: the endpoint in multiprocess
-    mode, its outbox gauges read on connections it does not pool
-    (:func:`relay.observe.metrics.serve_worker`)."""
+    mode, its outbox gauges read on connections it does not pool (of each database, labelled
+    ``source``, when the worker drains several; :func:`relay.observe.metrics.serve_worker`)."""
     if settings.metrics_port is None:
         return
     from sqlalchemy.pool import NullPool
 
+    from relay.config.databases import each, several
     from relay.observe import metrics
     from relay.store.operations import OperationsStore
 
-    store = OperationsStore.from_url(settings.database_url, poolclass=NullPool)
-    metrics.serve_worker(settings.metrics_port, store)
+    if several(settings):  # one endpoint per worker: every database's gauges, by source
+        stores: Any = {
+            name: OperationsStore.from_url(s.database_url, poolclass=NullPool)
+            for name, s in each(settings)
+        }
+    else:
+        stores = OperationsStore.from_url(settings.database_url, poolclass=NullPool)
+    metrics.serve_worker(settings.metrics_port, stores)
 
 
 def heartbeat(path: str | None) -> Callable[[], None] | None:

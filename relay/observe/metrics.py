@@ -4,9 +4,10 @@ Two sources, served by one HTTP endpoint per relay process:
 
 - the dispatcher's counters and histograms, kept by :class:`PrometheusObserver` (a
   :class:`relay.observe.observers.Observer`) in each process that dispatches;
-- the outbox gauges, read from the database by one :class:`OutboxCollector` per endpoint at
-  scrape time (one statement of capped counts, at most once per ``min_interval`` seconds),
-  never by the dispatching processes.
+- the outbox gauges, read from the database by one
+  :class:`~relay.observe.gauges.OutboxCollector` per endpoint at scrape time (one statement of
+  capped counts per database, at most once per ``min_interval`` seconds), never by the
+  dispatching processes.
 
 ``relay dispatch --loop`` serves both from its own process (:func:`serve`). A prefork Celery
 worker (:func:`serve_worker`, on ``worker_init``, before the pool forks) uses the client's
@@ -29,26 +30,21 @@ import tempfile
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, values
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import Collector
 
 from relay.exceptions import ConfigError
+from relay.observe.gauges import GAUGE_CAP, GAUGE_MIN_INTERVAL_SECONDS, OutboxCollector
 from relay.observe.observers import Observer, Recorded, Send
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
 
-#: Each database gauge counts at most this many rows: a scrape costs a bounded scan.
-GAUGE_CAP = 100_000
-#: The gauges are read at most this often; scrapes in between get the last reading.
-GAUGE_MIN_INTERVAL_SECONDS = 5.0
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LAG = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
@@ -186,81 +182,6 @@ def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
     total.inc(sum(amounts))
 
 
-class OutboxCollector(Collector):
-    """The outbox gauges, read from the database when scraped (at most every
-    ``min_interval`` seconds; a failed read reports ``relay_outbox_up 0`` and no gauges)."""
-
-    def __init__(
-        self,
-        store: Any,
-        *,
-        cap: int = GAUGE_CAP,
-        min_interval: float = GAUGE_MIN_INTERVAL_SECONDS,
-    ) -> None:
-        self.store, self.cap, self.min_interval = store, cap, min_interval
-        self._lock = threading.Lock()
-        self._read_at = -float("inf")
-        self._last: list[Metric] = []
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            if time.monotonic() - self._read_at >= self.min_interval:
-                self._last = self._read()
-                self._read_at = time.monotonic()
-            return iter(list(self._last))
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())  # read at scrape time only: registering must not query the database
-
-    def _read(self) -> list[Metric]:
-        up = GaugeMetricFamily("relay_outbox_up", "1 when the last read of the outbox worked.")
-        started = time.perf_counter()
-        try:
-            report = self.store.gauges(self.cap)
-        except Exception as exc:
-            log.warning("metrics: reading the outbox gauges failed: %s", exc)
-            up.add_metric([], 0)
-            return [up]
-        up.add_metric([], 1)
-        rows = GaugeMetricFamily(
-            "relay_outbox_rows",
-            f"Outbox rows per unfinished status, each counted up to {self.cap}.",
-            labels=["status"],
-        )
-        for status, n in sorted(report.counts.items()):
-            rows.add_metric([status], n)
-        age = GaugeMetricFamily(
-            "relay_oldest_pending_age_seconds", "Age of the oldest pending row (0: none)."
-        )
-        age.add_metric([], report.oldest_pending_age_seconds or 0.0)
-        expired = GaugeMetricFamily(
-            "relay_expired_leases",
-            f"Processing rows whose lease expired (a dead or stalled worker's), up to {self.cap}.",
-        )
-        expired.add_metric([], report.expired_leases)
-        took = GaugeMetricFamily("relay_outbox_read_seconds", "How long the last read took.")
-        took.add_metric([], time.perf_counter() - started)
-        return [up, rows, age, expired, *self._retention(), took]
-
-    def _retention(self) -> list[Metric]:
-        """The purge's gauges (docs/retention.md); none where the store cannot tell them."""
-        try:
-            behind_rows, oldest = self.store.retention_gauges()
-        except Exception as exc:
-            log.warning("metrics: reading the retention gauges failed: %s", exc)
-            return []
-        behind = GaugeMetricFamily(
-            "relay_outbox_purge_behind_rows",
-            "Sent rows past the retention that the last purge run left (0: it caught up).",
-        )
-        behind.add_metric([], behind_rows)
-        sent_age = GaugeMetricFamily(
-            "relay_oldest_sent_age_seconds", "Age of the oldest sent row kept (0: none)."
-        )
-        sent_age.add_metric([], oldest or 0.0)
-        return [behind, sent_age]
-
-
 def _listen(port: int, registry: CollectorRegistry) -> None:
     try:
         prometheus_client.start_http_server(port, registry=registry)
@@ -306,4 +227,12 @@ def _remove(directory: str, owner: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["OutboxCollector", "PrometheusObserver", "observe_many", "serve", "serve_worker"]
+__all__ = [
+    "GAUGE_CAP",
+    "GAUGE_MIN_INTERVAL_SECONDS",
+    "OutboxCollector",
+    "PrometheusObserver",
+    "observe_many",
+    "serve",
+    "serve_worker",
+]

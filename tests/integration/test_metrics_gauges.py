@@ -11,6 +11,7 @@ from relay.observe.metrics import OutboxCollector
 from relay.store.dispatch import Store
 from relay.store.operations import OperationsStore
 from relay.store.schema import outbox
+from tests.support import databases
 from tests.support.rows import enqueue_many, expire_leases
 
 
@@ -110,3 +111,41 @@ def test_postgresql_reads_the_gauges_from_the_unsent_index_not_the_history(pg_ur
         assert "Seq Scan" not in plan, plan
     finally:
         engine.dispose()
+
+
+def test_one_endpoint_over_several_databases_labels_each_gauge_by_source(
+    backend_pool: databases.BackendPool,
+) -> None:
+    """Over several databases (a Celery worker's endpoint with ``RELAY_DATABASES``) every gauge
+    carries ``source``, each database's counts come from that database alone, and one that
+    cannot be read reports ``relay_outbox_up 0`` beside the others' values."""
+    with (
+        backend_pool.database("postgresql") as orders_url,
+        backend_pool.database("mysql") as billing_url,
+    ):
+        stores = {
+            "orders": OperationsStore.from_url(orders_url),
+            "billing": OperationsStore.from_url(billing_url),
+            "gone": OperationsStore.from_url(
+                "postgresql://nobody:x@127.0.0.1:9/none?connect_timeout=1"
+            ),
+        }
+        try:
+            enqueue_many(stores["orders"].engine, 3, "gauge.event")
+            enqueue_many(stores["billing"].engine, 1, "gauge.event")
+            registry = CollectorRegistry()
+            registry.register(OutboxCollector(stores, min_interval=0))
+
+            def pending(source: str) -> float | None:
+                labels = {"source": source, "status": "pending"}
+                return registry.get_sample_value("relay_outbox_rows", labels)
+
+            assert pending("orders") == 3
+            assert pending("billing") == 1
+            assert pending("gone") is None
+            up = {s: registry.get_sample_value("relay_outbox_up", {"source": s}) for s in stores}
+            assert up == {"orders": 1, "billing": 1, "gone": 0}
+            assert registry.get_sample_value("relay_outbox_rows", {"status": "pending"}) is None
+        finally:
+            for store in stores.values():
+                store.dispose()
