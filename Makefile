@@ -28,11 +28,11 @@ demo: $(DEMO_VENV)/bin/relay
 # Two at a time (pytest-xdist), then the timing-sensitive tests (marker `serial`: latency bounds,
 # pauses) alone, since a second test on the same two cores would distort what they measure.
 test: setup
-	$(BIN)/pytest -n 2 -m "not serial"
+	$(BIN)/pytest -n 2 --dist loadfile -m "not serial"
 	$(BIN)/pytest -m serial
 
 test-quick: setup
-	$(BIN)/pytest -n 2 -m "not slow and not serial"
+	$(BIN)/pytest -n 2 --dist loadfile -m "not slow and not serial"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -333,7 +333,7 @@ TABLES: dict[str, Callable[..., str]] = {
 def _retention(data: dict[str, Any]) -> str:
     from bench.report_retention import retention
 
-    return retention(data)
+    return retention(data, table)
 
 
 TABLES["retention"] = _retention

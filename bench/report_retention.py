@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from bench.report import table
+#: How the report draws a Markdown table (``bench.report.table``), handed in by the report.
+Table = Callable[[Sequence[str], Iterable[Sequence[Any]]], str]
 
 RUNS = (
     ("without_purges", "sustained, purger never due"),
@@ -21,7 +23,7 @@ def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def retention(data: dict[str, Any]) -> str:
+def retention(data: dict[str, Any], table: Table) -> str:
     """Per database and run: produced and delivered rates, p99 lag, rows and bytes, catch-up."""
     rows = []
     for kind in ("postgresql", "mariadb"):

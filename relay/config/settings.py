@@ -7,8 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from relay.config import databases as fleet
-from relay.config import retention, timing
+from relay.config import database_list, retention, timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
 from relay.config.urls import redact
 
@@ -249,7 +248,7 @@ class Settings:
                 "must be a URI-reference (printable, no spaces)",
             )
         self._validate_console()
-        fleet.check_settings(self, self._is_set("database_url"))  # RELAY_DATABASES
+        database_list.check(self.databases, self.database_url, self._is_set("database_url"))
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),

@@ -71,7 +71,7 @@ class Producer:
         row = self.event(
             event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
         )
-        return sync.write(session_or_connection, row, self.wake)
+        return sync.write(session_or_connection, row.statement, row.values, self.wake)
 
     def enqueue_task(
         self,
@@ -87,7 +87,7 @@ class Producer:
         """Write a Celery task message (``relay.celery.send_task`` builds ``task``: route,
         protocol headers and properties) in the caller's transaction; returns its outbox id."""
         row = self.task(name, body, task, headers=headers, ordering_key=ordering_key, delay=delay)
-        return sync.write(session_or_connection, row, self.wake)
+        return sync.write(session_or_connection, row.statement, row.values, self.wake)
 
     def event(
         self,

@@ -4,18 +4,15 @@ open transaction, and locks keys there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Executable
 from sqlalchemy.orm import Session
 
 from relay.exceptions import EventError
 from relay.produce import wake as wakeup
 from relay.store import dialects
-
-if TYPE_CHECKING:
-    from relay.produce.core import Row
 
 
 def in_transaction(target: Session | Connection, whose: str) -> Connection:
@@ -40,10 +37,16 @@ def connection(target: Session | Connection) -> Connection:
     return in_transaction(target, "enqueue must run inside the business")
 
 
-def write(target: Session | Connection, row: Row, wake: wakeup.WakeUp | None) -> int:
-    """Insert ``row`` in ``target``'s transaction, arm ``wake`` for its commit; the new id."""
+def write(
+    target: Session | Connection,
+    statement: Callable[[str], Executable],
+    values: Mapping[str, Any],
+    wake: wakeup.WakeUp | None,
+) -> int:
+    """Insert a producer row (``relay.produce.core.Row``: its ``statement`` for a dialect name,
+    and its ``values``) in ``target``'s transaction, arm ``wake`` for its commit; the new id."""
     conn = connection(target)
-    result = conn.execute(row.statement(conn.dialect.name), row.values)
+    result = conn.execute(statement(conn.dialect.name), values)
     primary_key = result.inserted_primary_key
     assert primary_key is not None  # a single-row INSERT always reports its key
     if wake is not None:
