@@ -89,7 +89,7 @@ def test_send_task_is_a_celery_message_after_commit(
     app = Celery("shop", broker=amqp_url, task_cls="relay.django:TransactionalTask")
     app.conf.task_default_queue = queue
 
-    @app.task(name="shop.add")  # type: ignore[untyped-decorator]
+    @app.task(name="shop.add", shared=False)  # type: ignore[untyped-decorator]
     def add(x: int, y: int) -> int:
         return x + y
 
