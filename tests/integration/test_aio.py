@@ -224,6 +224,9 @@ def test_the_lateness_check_sees_a_blocked_loop() -> None:
     assert asyncio.run(worst_lateness(blocking())) >= 0.08
 
 
+# A lateness bound on the wall clock: a second test on the same 2 cores distorts it (214 ms
+# seen beside one), so it runs in the serial phase (see the Makefile).
+@pytest.mark.serial
 def test_the_event_loop_is_never_blocked_while_enqueues_run(urls: tuple[str, str]) -> None:
     """A 1 ms ticker's worst lateness stays under 50 ms while 4 tasks commit 50 keyed and
     unkeyed enqueues each (a blocking call would stall it a whole statement or commit); the
