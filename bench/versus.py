@@ -263,7 +263,10 @@ def run(
             out[name]["vs_raw"] = {"median": statistics.median(ratios), "runs": ratios}
             # What the rates would be where the CPU is the only limit (2 shared cores, nothing
             # else running): the raw side's CPU per message over this side's.
-            out[name]["cpu_vs_raw"] = out["raw_kombu"]["cpu_total"] / out[name]["cpu_total"]
+            # A side whose processes all exited before their CPU was read (a smoke run's few
+            # events) reads 0: no ratio rather than a division by zero.
+            if out[name].get("cpu_total", 0.0) > 0:
+                out[name]["cpu_vs_raw"] = out["raw_kombu"]["cpu_total"] / out[name]["cpu_total"]
     return out
 
 
