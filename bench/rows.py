@@ -4,6 +4,7 @@ the counts that say when the relay is done with them."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -114,9 +115,18 @@ def clear(engine: sa.Engine) -> None:
     """Empty the outbox and its per-key sequence and progress (TRUNCATE on PostgreSQL, so no
     dead rows are left for the next run to step over)."""
     tables = (outbox, outbox_sequence, outbox_progress)
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(sa.text(f"TRUNCATE {', '.join(t.name for t in tables)}"))
-        else:
-            for table in tables:
-                conn.execute(sa.delete(table))
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn:
+                if engine.dialect.name == "postgresql":
+                    conn.execute(sa.text(f"TRUNCATE {', '.join(t.name for t in tables)}"))
+                else:
+                    for table in tables:
+                        conn.execute(sa.delete(table))
+            return
+        except sa.exc.OperationalError as exc:
+            # Relays still polling between runs lock these tables in another order than
+            # TRUNCATE does; the database aborts one side of that deadlock: try again.
+            if "deadlock" not in str(exc).lower() or attempt == 4:
+                raise
+            time.sleep(0.1)
