@@ -106,6 +106,8 @@ class Plan:
     retention_minutes: float = 20.0
     retention_backlog: int = 10_000_000
     retention_rate: int = 10_000
+    #: The run without purges, minutes (``--baseline-minutes``; None: as long as the others).
+    retention_baseline_minutes: float | None = None
 
 
 FULL = Plan(
@@ -247,7 +249,11 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     ),
     "producers": lambda p: producers.run(p.producers_processes, p.producers_seconds, p.reps),
     "retention": lambda p: retention.run(
-        services.AMQP_URL, p.retention_minutes, p.retention_backlog, p.retention_rate
+        services.AMQP_URL,
+        p.retention_minutes,
+        p.retention_backlog,
+        p.retention_rate,
+        baseline_minutes=p.retention_baseline_minutes,
     ),
 }
 
@@ -282,13 +288,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, help="retention: minutes of each sustained run")
     p.add_argument("--backlog", type=int, help="retention: sent rows past the retention")
     p.add_argument("--rate", type=int, help="retention: the producer's rows a second")
+    p.add_argument(
+        "--baseline-minutes", type=float, help="retention: minutes of the run without purges"
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     plan = replace(QUICK if args.quick else FULL, baselines=args.baseline, variants=args.variant)
-    for flag, name in (("minutes", "minutes"), ("backlog", "backlog"), ("rate", "rate")):
+    for flag, name in (
+        ("minutes", "minutes"),
+        ("backlog", "backlog"),
+        ("rate", "rate"),
+        ("baseline_minutes", "baseline_minutes"),
+    ):
         if getattr(args, flag) is not None:
             plan = replace(plan, **{f"retention_{name}": getattr(args, flag)})
     if args.reps is not None:

@@ -4,7 +4,8 @@ a backlog of sent rows past the retention get purged while delivery goes on?
 - ``sustained``: per database, a producer process commits ``rate`` rows a second (transactions
   of ``rate * 0.05`` rows, plain multi-row INSERTs) for ``minutes``, drained by ``processes`` x
   ``relay dispatch --loop`` with ``RELAY_RETENTION_SECONDS=60``; once with the purger every
-  ``interval`` seconds, once with it never due (the two runs take turns). Every ``sample``
+  ``interval`` seconds, once with it never due for ``baseline_minutes`` (the two runs take
+  turns). Every ``sample``
   seconds: rows in the table, its size on disk (``pg_total_relation_size``; on MariaDB
   ``information_schema.tables``' data + index length, InnoDB's estimate), events sent since the
   last sample and their commit-to-sent lag (``sent_at - created_at`` of the rows sent in the
@@ -12,10 +13,11 @@ a backlog of sent rows past the retention get purged while delivery goes on?
   sample.
 - ``catchup``: the same database kind filled with ``backlog`` sent rows sent a day ago, then
   the same producer and relays with the purger on: how long until no row is past the
-  retention, and the rate and lag meanwhile, against the sustained run without purges.
+  retention, and the rate and lag meanwhile, against the sustained run without purges. It ends
+  :data:`CATCHUP_MARGIN_SECONDS` after that (or after ``minutes`` if it never catches up).
 
-``python -m bench --only retention [--minutes M] [--backlog N] [--rate R]`` or
-``python -m bench.retention --minutes 20 --backlog 10000000 --rate 10000``.
+``python -m bench --only retention [--minutes M] [--baseline-minutes B] [--backlog N]
+[--rate R]`` or ``python -m bench.retention --minutes 20 --backlog 10000000 --rate 10000``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from relay.store.schema import outbox
 
 RETENTION_SECONDS = 60
 PERIOD = 0.05
+#: How long the catch-up run goes on once no row is past the retention (the table then holds
+#: what the sustained run holds).
+CATCHUP_MARGIN_SECONDS = 60.0
 KINDS = {"postgresql": "postgresql", "mariadb": "mariadb"}
 
 _LAG = {
@@ -55,9 +60,11 @@ _OLD = {
 }
 
 
-def _produce(url: str, rate: int, seconds: float, ready: Any, go: Any, done: Any) -> None:
+def _produce(
+    url: str, rate: int, seconds: float, ready: Any, go: Any, stop: Any, done: Any
+) -> None:
     """Commit ``rate`` rows a second for ``seconds`` from ``go`` (a transaction every PERIOD),
-    as plain SQL; report the rows committed."""
+    or until ``stop``, as plain SQL; report the rows committed and the seconds taken."""
     engine = sa.create_engine(url)
     per_tx = max(1, round(rate * PERIOD))
     values = [
@@ -71,7 +78,7 @@ def _produce(url: str, rate: int, seconds: float, ready: Any, go: Any, done: Any
     go.wait()
     committed, start = 0, time.monotonic()
     next_at = start
-    while time.monotonic() - start < seconds:
+    while time.monotonic() - start < seconds and not stop.is_set():
         with engine.begin() as conn:
             conn.execute(stmt, values)
         committed += per_tx
@@ -79,8 +86,9 @@ def _produce(url: str, rate: int, seconds: float, ready: Any, go: Any, done: Any
         pause = next_at - time.monotonic()
         if pause > 0:
             time.sleep(pause)
+    elapsed = time.monotonic() - start
     engine.dispose()
-    done.put(committed)
+    done.put((committed, elapsed))
 
 
 def _prefill(url: str, kind: str, count: int) -> float:
@@ -177,8 +185,8 @@ def _run(
     lags: list[tuple[float, list[float]]] = []
     ctx = mp.get_context("spawn")
     done: Any = ctx.Queue()
-    ready, go = ctx.Event(), ctx.Event()
-    producer = ctx.Process(target=_produce, args=(url, rate, seconds, ready, go, done))
+    ready, go, stop = ctx.Event(), ctx.Event(), ctx.Event()
+    producer = ctx.Process(target=_produce, args=(url, rate, seconds, ready, go, stop, done))
     producer.start()
     if not ready.wait(120):
         raise RuntimeError("the producer did not start")
@@ -200,21 +208,24 @@ def _run(
             last = now
             if until_caught_up and caught_up_at is None and figures["past_retention"] == 0:
                 caught_up_at = t
+            if caught_up_at is not None and t >= caught_up_at + CATCHUP_MARGIN_SECONDS:
+                stop.set()
             if not producer.is_alive():
                 break
         producer.join()
-        committed = done.get(timeout=10)
+        committed, produced_for = done.get(timeout=10)
     sampler.close()
     if until_caught_up:
         chosen = [w for t, w in lags if caught_up_at is None or t <= caught_up_at]
         chosen_samples = [s for s in samples if caught_up_at is None or s["t"] <= caught_up_at]
     else:
-        chosen = [w for t, w in lags if t > seconds / 2]
-        chosen_samples = [s for s in samples if s["t"] > seconds / 2]
+        chosen = [w for t, w in lags if t > produced_for / 2]
+        chosen_samples = [s for s in samples if s["t"] > produced_for / 2]
     flat = sorted(x for w in chosen for x in w)
     return {
         "offered_rate": rate,
-        "produced_rate": committed / seconds,
+        "produced_rate": committed / produced_for,
+        "seconds": round(produced_for, 1),
         "rate": statistics.median(s["rate"] for s in chosen_samples) if chosen_samples else None,
         "p99_ms": percentile(flat, 0.99) * 1000 if flat else None,
         "rows_end": samples[-1]["rows"],
@@ -238,6 +249,7 @@ def run(
     backlog: int,
     rate: int,
     *,
+    baseline_minutes: float | None = None,
     processes: int = 2,
     interval: float = 10.0,
     kinds: Sequence[str] = ("postgresql", "mariadb"),
@@ -245,8 +257,10 @@ def run(
 ) -> dict[str, Any]:
     """Both scenarios on each database kind (see the module doc)."""
     seconds = minutes * 60
+    baseline = (minutes if baseline_minutes is None else baseline_minutes) * 60
     out: dict[str, Any] = {
         "minutes": minutes,
+        "baseline_minutes": baseline / 60,
         "backlog": backlog,
         "rate": rate,
         "processes": processes,
@@ -265,7 +279,7 @@ def run(
                         kind,
                         route,
                         rate=rate,
-                        seconds=seconds,
+                        seconds=seconds if purging else baseline,
                         processes=processes,
                         interval=interval if purging else None,
                         sample_seconds=sample_seconds,
@@ -300,6 +314,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.retention", description=__doc__)
     p.add_argument("--minutes", type=float, default=20.0)
+    p.add_argument("--baseline-minutes", type=float, help="the run without purges (default: M)")
     p.add_argument("--backlog", type=int, default=10_000_000)
     p.add_argument("--rate", type=int, default=10_000)
     p.add_argument("--processes", type=int, default=2)
@@ -311,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.minutes,
         ns.backlog,
         ns.rate,
+        baseline_minutes=ns.baseline_minutes,
         processes=ns.processes,
         interval=ns.interval,
         kinds=ns.kinds,
