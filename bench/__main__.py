@@ -297,14 +297,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     plan = replace(QUICK if args.quick else FULL, baselines=args.baseline, variants=args.variant)
-    for flag, name in (
-        ("minutes", "minutes"),
-        ("backlog", "backlog"),
-        ("rate", "rate"),
-        ("baseline_minutes", "baseline_minutes"),
-    ):
-        if getattr(args, flag) is not None:
-            plan = replace(plan, **{f"retention_{name}": getattr(args, flag)})
+    for name in ("minutes", "backlog", "rate", "baseline_minutes"):
+        if getattr(args, name) is not None:
+            plan = replace(plan, **{f"retention_{name}": getattr(args, name)})
     if args.reps is not None:
         if args.reps < 1:
             raise SystemExit("python -m bench: --reps must be 1 or more")

@@ -24,6 +24,7 @@ from bench.timing import Arrivals, percentile
 from tests.support import celery_fleet
 from tests.support.env import relay_env, wait_until
 from tests.support.fleet import Fleet, fleet_env
+from tests.support.windows import within_two
 
 FLAG = "SELECT pg_sequence_last_value('relay_wakeup')"
 pytestmark = [pytest.mark.serial, pytest.mark.timeout(240)]
@@ -97,17 +98,17 @@ def measure(engine: sa.Engine, arrivals: Arrivals, runner: str) -> Window:
     (the flag on), then the measured load: it starts on an idle relay, as after a quiet spell.
     A window over the bound is printed with its slowest events and measured once more."""
     produce(engine, arrivals, 1.0)
-    window = None
-    for attempt in (1, 2):
+
+    def window(n: int) -> Window:
         wait_until(lambda: _notifying(engine), 10, "the idle relay to turn the flag on")
-        window = produce(engine, arrivals)
-        print(f"{runner} at {RATE} ev/s, window {attempt}: {window.summary()}")
-        if window.p99 < BOUND:
-            break
-        print(f"window {attempt} over {BOUND * 1000:.0f} ms; its slowest events:")
-        print(window.slowest())
-    assert window is not None
-    return window
+        taken = produce(engine, arrivals)
+        print(f"{runner} at {RATE} ev/s, window {n}: {taken.summary()}")
+        if taken.p99 >= BOUND:
+            print(f"window {n} over {BOUND * 1000:.0f} ms; its slowest events:")
+            print(taken.slowest())
+        return taken
+
+    return within_two(window, lambda taken: taken.p99 >= BOUND)[0]
 
 
 def _notifying(engine: sa.Engine) -> bool:
