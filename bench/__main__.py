@@ -85,7 +85,9 @@ class Plan:
     #: bench.writers: writers per run (single-row, business transactions), seconds per run.
     writers: list[int] = field(default_factory=lambda: [1, 8, 32, 64])
     business_writers: list[int] = field(default_factory=lambda: [1, 8, 32])
-    writers_seconds: float = 1.5
+    #: Writers per run of the price of each index alone.
+    index_writers: list[int] = field(default_factory=lambda: [1, 32])
+    writers_seconds: float = 3.0
     #: bench.producers: producer processes per run, seconds per run.
     producers_processes: list[int] = field(default_factory=lambda: [1, 4])
     producers_seconds: float = 4.0
@@ -191,6 +193,7 @@ QUICK = Plan(
     versus_events=2_000,
     writers=[1, 8],
     business_writers=[1],
+    index_writers=[8],
     writers_seconds=1.0,
     fairness_backlog=60_000,
     fairness_seconds=3.0,
@@ -243,7 +246,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "console": lambda p: console.run(p.console_rows, p.console_reps, p.console_far_page),
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),
-    "writers": lambda p: writers.run(p.writers, p.business_writers, p.writers_seconds, p.reps),
+    "writers": lambda p: writers.run(
+        p.writers, p.business_writers, p.writers_seconds, p.reps, p.index_writers
+    ),
     "fairness": lambda p: fairness.run(
         p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes
     ),

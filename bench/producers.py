@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from bench import services
 from bench.timing import ratio
-from bench.writers import _median, _pool, _rate
+from bench.writers import median, rate, writer_pool
 from relay.store import dialects
 from relay.store.engine import create_engine
 
@@ -126,7 +126,7 @@ def _clear(url: str) -> None:
 def measure(kind: str, processes: Sequence[int], seconds: float, reps: int) -> dict[str, Any]:
     """Transactions/s of each mode on ``kind``, for each number of producer processes."""
     out: dict[str, Any] = {}
-    with services.database("producers", kind) as url, _pool() as pool:
+    with services.database("producers", kind) as url, writer_pool() as pool:
         trigger = _Trigger(url)
         for k in processes:
             runs: dict[str, list[float]] = {m: [] for m in MODES}
@@ -136,11 +136,11 @@ def measure(kind: str, processes: Sequence[int], seconds: float, reps: int) -> d
                     if mode == "unkeyed_off":
                         trigger.off()
                     try:
-                        runs[mode].append(_rate(pool, _enqueue, url, mode, k, seconds))
+                        runs[mode].append(rate(pool, _enqueue, url, mode, k, seconds))
                     finally:
                         if mode == "unkeyed_off":
                             trigger.on()
-            row: dict[str, Any] = {m: round(_median(v)) for m, v in runs.items()}
+            row: dict[str, Any] = {m: round(median(v)) for m, v in runs.items()}
             row["trigger_vs_explicit"] = round(ratio(row["trigger"], row["explicit"]), 2)
             row["unkeyed_vs_off"] = round(ratio(row["unkeyed"], row["unkeyed_off"]), 2)
             out[str(k)] = {"processes": k, **row}

@@ -61,10 +61,13 @@ def loadavg() -> list[float]:
 
 
 @contextlib.contextmanager
-def database(label: str, kind: str = "postgresql", source: str | None = None) -> Iterator[str]:
+def database(
+    label: str, kind: str = "postgresql", source: str | None = None, admin_url: str | None = None
+) -> Iterator[str]:
     """A fresh database ``relay_bench_<label>_<nonce>`` of ``kind`` (postgresql, mariadb or
     sqlite) migrated to head (of the ``relay`` package under ``source``, when given: another
-    revision's chain); dropped at exit."""
+    revision's chain), on the server of ``admin_url`` (default: the shared one of ``kind``);
+    dropped at exit."""
     name = f"relay_bench_{label}_{uuid.uuid4().hex[:8]}"
     if kind == "sqlite":
         root = tempfile.mkdtemp(prefix="relay-bench-")
@@ -78,11 +81,12 @@ def database(label: str, kind: str = "postgresql", source: str | None = None) ->
     postgres = kind == "postgresql"
     quoted = f'"{name}"' if postgres else f"`{name}`"
     # pre-ping: a pooled admin connection may have been terminated while the benchmark ran.
-    admin = sa.create_engine(ADMIN_URLS[kind], isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    admin_url = admin_url or ADMIN_URLS[kind]
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
-        url = sa.make_url(ADMIN_URLS[kind]).set(database=name).render_as_string(False)
+        url = sa.make_url(admin_url).set(database=name).render_as_string(False)
         if source is None:
             migrate.upgrade(url)
         else:

@@ -1,21 +1,23 @@
 """What the outbox costs the application's writers (issue 27), one run, sides interleaved.
 
-- **Single-row transactions**: K writers (threads spread over up to :data:`PROCESSES`
-  processes) each commit one plain-SQL ``INSERT (event_type, payload)`` per transaction for a
-  fixed time, into tables of the same database that differ only in what a writer pays for:
-  ``plain`` (the outbox's columns and primary key, nothing else), ``indexed`` (a copy of
-  ``outbox`` with every index and no trigger), ``outbox`` (the relay's schema as shipped,
-  its trigger reading the wake-up flag) and, on PostgreSQL, ``notify`` (the copy with
-  migration 0004's trigger, which NOTIFYs on every commit). A ``relay dispatch --loop`` runs
-  on the database throughout: in ``idle`` the outbox is empty when a run starts (the relay
-  listens with the flag on, then drains what the ``outbox`` writers commit), in ``draining``
-  every run starts on a backlog the relay is draining.
-- **Business transactions**: one ``INSERT`` into an orders table per transaction through
-  SQLAlchemy, alone or with a ``relay.enqueue`` of one event (unkeyed, or keyed by one of 1,000
-  customers) in the same transaction, relay idle.
+- **Single-row transactions**, no relay: K writers (threads spread over up to
+  :data:`PROCESSES` processes) each commit one plain-SQL ``INSERT (event_type, payload)`` per
+  transaction for a fixed time, into tables of the same database that differ only in what a
+  writer pays for: ``plain`` (the outbox's columns and primary key, nothing else), ``indexed``
+  (a copy of ``outbox`` with every index and no trigger), ``outbox`` (the relay's schema as
+  shipped, its trigger reading the wake-up flag, which no relay turned on) and, on PostgreSQL,
+  ``notify`` (the copy with migration 0004's trigger, which NOTIFYs on every commit).
+- **Each index alone** (the outbox's columns and primary key plus one index), no relay:
+  :mod:`bench.writers_indexes`.
+- **The same with relays running** (idle, then draining a backlog): :mod:`bench.writers_relayed`,
+  where both sides are relayed outboxes so that the relays' CPU falls on both alike.
+- **Business transactions**, no relay: one ``INSERT`` into an orders table per transaction
+  through SQLAlchemy, alone or with a ``relay.enqueue`` of one event (unkeyed, or keyed by one
+  of 1,000 customers) in the same transaction.
 
-Sides take turns within each repetition and each figure is the median of the repetitions, so a
-load change on the shared machine hits every side alike.
+Sides take turns within each repetition, their order reversed every other repetition, and each
+figure is the median of the repetitions, so a load change on the shared machine hits every side
+alike.
 """
 
 from __future__ import annotations
@@ -32,18 +34,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench import procs, services
-from bench.timing import ratio, relay_env
+from bench import services
+from bench.timing import ratio
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
 
 #: Writer processes at most; a run's threads are spread over them (the GIL would cap one).
 PROCESSES = 4
-#: The relay's states: no relay process; one listening on an empty outbox; one draining a backlog.
-#: MariaDB has no trigger: whether the relay is idle changes nothing a writer pays there.
-MODES = {"postgresql": ("none", "idle", "draining"), "mariadb": ("none", "draining")}
-#: Rows of the backlog every ``draining`` run starts on.
-BACKLOG = 30_000
 PAYLOAD = json.dumps({"order_id": 12345, "total": "99.90", "lines": [{"sku": "A-1", "qty": 2}]})
 #: Migration 0004's trigger, on its own channel so that it wakes nobody.
 NOTIFY_ALWAYS = (
@@ -103,7 +100,7 @@ def _connect(url: str) -> Any:
     )
 
 
-def _write(url: str, table: str, threads: int, start_at: float, seconds: float) -> int:
+def write(url: str, table: str, threads: int, start_at: float, seconds: float) -> int:
     """In a writer process: ``threads`` connections commit single-row INSERTs from ``start_at``
     for ``seconds``; returns the commits."""
     sql = f"INSERT INTO {table} (event_type, payload) VALUES (%s, %s)"
@@ -163,7 +160,7 @@ def _business(url: str, mode: str, threads: int, start_at: float, seconds: float
     return sum(counts)
 
 
-def _rate(pool: ProcessPoolExecutor, fn: Any, url: str, what: str, k: int, seconds: float) -> float:
+def rate(pool: ProcessPoolExecutor, fn: Any, url: str, what: str, k: int, seconds: float) -> float:
     """Commits/s of ``k`` writers running ``fn`` over up to :data:`PROCESSES` processes."""
     split = [k // PROCESSES + (i < k % PROCESSES) for i in range(min(k, PROCESSES))]
     start_at = time.time() + 2.0 + k * 0.03  # every connection open before the clock
@@ -174,7 +171,7 @@ def _rate(pool: ProcessPoolExecutor, fn: Any, url: str, what: str, k: int, secon
     return float(sum(counts)) / seconds
 
 
-def _backlog(url: str, kind: str, rows: int) -> None:
+def backlog(url: str, kind: str, rows: int) -> None:
     """Fill ``outbox`` with ``rows`` pending rows in one statement."""
     series = f"generate_series(1, {rows})" if kind == "postgresql" else f"seq_1_to_{rows}"
     sql = f"INSERT INTO outbox (event_type, payload) SELECT 'bench.backlog', '{PAYLOAD}' FROM "
@@ -194,46 +191,28 @@ def _clear(url: str, kind: str) -> None:
     engine.dispose()
 
 
-@contextlib.contextmanager
-def _relay(url: str) -> Iterator[services.Route]:
-    """One ``relay dispatch --loop`` at the defaults on ``url``, into a bench exchange."""
-    with services.route(services.AMQP_URL, "writers") as route:
-        env = relay_env(url, route, None)
-        del env["RELAY_TICK_SECONDS"]  # the defaults: the listener and its gate as shipped
-        with procs.workers(procs.relay_command(), env, 1, ready=procs.RELAY_READY):
-            yield route
-
-
-def _median(values: Sequence[float]) -> float:
+def median(values: Sequence[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def single_rows(
-    kind: str, writers: Sequence[int], seconds: float, reps: int, modes: Sequence[str]
-) -> dict[str, Any]:
-    """Commits/s per side, K and relay mode on ``kind``; ratios over ``plain``."""
+def single_rows(kind: str, writers: Sequence[int], seconds: float, reps: int) -> dict[str, Any]:
+    """Commits/s per side and K on ``kind``, no relay; ratios over ``plain`` and ``indexed``."""
     out: dict[str, Any] = {}
-    with services.database("writers", kind) as url, _pool() as pool:
+    sides = _sides(kind)
+    with services.database("writers", kind) as url, writer_pool() as pool:
         _tables(url, kind)
-        for mode in modes:
-            with _relay(url) if mode != "none" else contextlib.nullcontext() as route:
-                for k in writers:
-                    runs: dict[str, list[float]] = {s: [] for s in _sides(kind)}
-                    for _ in range(reps):
-                        for side in _sides(kind):
-                            _clear(url, kind)
-                            if route is not None:
-                                route.purge()
-                            if mode == "draining":
-                                _backlog(url, kind, BACKLOG)
-                            time.sleep(0.3)  # the relay sees the state before the writers
-                            runs[side].append(_rate(pool, _write, url, _table(side), k, seconds))
-                    row: dict[str, Any] = {s: round(_median(v)) for s, v in runs.items()}
-                    row["runs"] = {s: [round(x) for x in v] for s, v in runs.items()}
-                    row["ratio"] = ratio(row["outbox"], row["plain"])
-                    row["trigger_ratio"] = ratio(row["outbox"], row["indexed"])
-                    out[f"{mode}/{k}"] = {"mode": mode, "writers": k, **row}
-                    print(f"  writers {kind} {mode} K={k}: {row}", flush=True)
+        for k in writers:
+            runs: dict[str, list[float]] = {s: [] for s in sides}
+            for rep in range(reps):
+                for side in sides if rep % 2 == 0 else sides[::-1]:
+                    _clear(url, kind)
+                    runs[side].append(rate(pool, write, url, _table(side), k, seconds))
+            row: dict[str, Any] = {s: round(median(v)) for s, v in runs.items()}
+            row["runs"] = {s: [round(x) for x in v] for s, v in runs.items()}
+            row["ratio"] = ratio(row["outbox"], row["plain"])
+            row["trigger_ratio"] = ratio(row["outbox"], row["indexed"])
+            out[f"none/{k}"] = {"mode": "none", "writers": k, **row}
+            print(f"  writers {kind} none K={k}: {row}", flush=True)
     return out
 
 
@@ -248,7 +227,7 @@ def _ready() -> None:
 
 
 @contextlib.contextmanager
-def _pool() -> Iterator[ProcessPoolExecutor]:
+def writer_pool() -> Iterator[ProcessPoolExecutor]:
     """The writer processes, started (and their imports done) before any clock."""
     with ProcessPoolExecutor(PROCESSES, multiprocessing.get_context("spawn")) as pool:
         for f in [pool.submit(_ready) for _ in range(PROCESSES)]:
@@ -257,34 +236,42 @@ def _pool() -> Iterator[ProcessPoolExecutor]:
 
 
 def business(kind: str, writers: Sequence[int], seconds: float, reps: int) -> dict[str, Any]:
-    """Business transactions/s alone and with an unkeyed or keyed ``relay.enqueue``."""
+    """Business transactions/s alone and with an unkeyed or keyed ``relay.enqueue``, no relay."""
     out: dict[str, Any] = {}
     modes = ["alone", "unkeyed", "keyed"]
-    with services.database("business", kind) as url, _pool() as pool:
+    with services.database("business", kind) as url, writer_pool() as pool:
         _tables(url, kind)
-        with _relay(url):
-            for k in writers:
-                runs: dict[str, list[float]] = {m: [] for m in modes}
-                for _ in range(reps):
-                    for m in modes:
-                        time.sleep(0.3)
-                        runs[m].append(_rate(pool, _business, url, m, k, seconds))
-                row: dict[str, Any] = {m: round(_median(v)) for m, v in runs.items()}
-                row["unkeyed_ratio"] = ratio(row["unkeyed"], row["alone"])
-                row["keyed_ratio"] = ratio(row["keyed"], row["alone"])
-                out[str(k)] = {"writers": k, **row}
-                print(f"  business {kind} K={k}: {row}", flush=True)
+        for k in writers:
+            runs: dict[str, list[float]] = {m: [] for m in modes}
+            for rep in range(reps):
+                for m in modes if rep % 2 == 0 else modes[::-1]:
+                    runs[m].append(rate(pool, _business, url, m, k, seconds))
+            row: dict[str, Any] = {m: round(median(v)) for m, v in runs.items()}
+            row["runs"] = {m: [round(x) for x in v] for m, v in runs.items()}
+            row["unkeyed_ratio"] = ratio(row["unkeyed"], row["alone"])
+            row["keyed_ratio"] = ratio(row["keyed"], row["alone"])
+            out[str(k)] = {"writers": k, **row}
+            print(f"  business {kind} K={k}: {row}", flush=True)
     return out
 
 
 def run(
-    writers: Sequence[int], business_writers: Sequence[int], seconds: float, reps: int
+    writers: Sequence[int],
+    business_writers: Sequence[int],
+    seconds: float,
+    reps: int,
+    index_writers: Sequence[int] = (1, 32),
 ) -> dict[str, Any]:
-    """The section: single-row writers and business transactions on PostgreSQL and MariaDB."""
-    result: dict[str, Any] = {"seconds": seconds, "reps": reps, "backlog": BACKLOG}
+    """The section: single-row writers with no relay and beside relays, and business
+    transactions, on PostgreSQL and MariaDB."""
+    from bench import writers_indexes, writers_relayed
+
+    result: dict[str, Any] = {"seconds": seconds, "reps": reps, "backlog": writers_relayed.LOW}
     for kind in ("postgresql", "mariadb"):
         result[kind] = {
-            "single": single_rows(kind, writers, seconds, reps, MODES[kind]),
+            "single": single_rows(kind, writers, seconds, reps),
+            "indexes": writers_indexes.measure(kind, index_writers, seconds, reps),
+            "relayed": writers_relayed.measure(kind, writers, seconds, reps),
             "business": business(kind, business_writers, seconds, reps),
         }
     result["loadavg"] = services.loadavg()

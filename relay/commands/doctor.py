@@ -64,6 +64,7 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
         from relay.commands import doctor_pooler
 
         yield _idle_timeout(engine)
+        yield _autovacuum(engine)
         yield doctor_pooler.pooler(settings)
         yield doctor_pooler.listening(settings)
     yield _clock(engine)
@@ -126,6 +127,35 @@ def _idle_timeout(engine: sa.Engine) -> Check:
             "ALTER ROLE <relay role> SET idle_in_transaction_session_timeout = '30s'",
         )
     return Check("idle_in_transaction_session_timeout", PASS, value)
+
+
+#: How PostgreSQL spells a boolean storage parameter that is off.
+_OFF = frozenset({"off", "false", "no", "0", "f", "n"})
+
+
+def _autovacuum(engine: sa.Engine) -> Check:
+    """PostgreSQL reuses a deleted or updated row's space only once vacuum has cleaned it: with
+    autovacuum off the outbox (every row is updated twice, then purged) grows without bound,
+    however short the retention."""
+    with engine.connect() as conn:
+        row = conn.execute(_operations(engine).autovacuum_settings()).one()
+    fix = (
+        "turn it on (autovacuum = on and track_counts = on in postgresql.conf, then "
+        "SELECT pg_reload_conf()), or VACUUM outbox from cron every purge interval "
+        "(docs/retention.md)"
+    )
+    for name, value in (("autovacuum", row.server), ("track_counts", row.track_counts)):
+        if str(value).lower() in _OFF:
+            detail = f"{name} = {value} on this server: nothing cleans the rows the relay updates "
+            return Check("autovacuum", WARN, detail + "and purges, and the outbox grows", fix)
+    if row.outbox is not None and str(row.outbox).lower() in _OFF:
+        return Check(
+            "autovacuum",
+            WARN,
+            f"the outbox table has autovacuum_enabled = {row.outbox}: it grows without bound",
+            "ALTER TABLE outbox RESET (autovacuum_enabled), or VACUUM outbox from cron",
+        )
+    return Check("autovacuum", PASS, "on for the outbox")
 
 
 def _clock(engine: sa.Engine) -> Check:

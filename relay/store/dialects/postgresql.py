@@ -235,6 +235,17 @@ class PostgresOperations(Operations):
         """``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off)."""
         return sa.text("SHOW idle_in_transaction_session_timeout")
 
+    def autovacuum_settings(self) -> TextClause:
+        """Whether autovacuum can clean ``outbox``: the server's ``autovacuum`` and
+        ``track_counts``, and the table's own ``autovacuum_enabled`` (NULL when not set)."""
+        return sa.text(
+            "SELECT current_setting('autovacuum') AS server, "
+            "current_setting('track_counts') AS track_counts, "
+            "(SELECT option_value FROM pg_options_to_table("
+            "(SELECT reloptions FROM pg_class WHERE oid = to_regclass('outbox'))) "
+            "WHERE option_name = 'autovacuum_enabled') AS outbox"
+        )
+
     def advisory_lock(self) -> Select[Any]:
         """``pg_try_advisory_xact_lock(key)``: true when this transaction took lock ``key``."""
         return select(func.pg_try_advisory_xact_lock(bindparam("key", type_=sa.BigInteger)))
