@@ -23,6 +23,13 @@ def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _range(span: list[int] | None, scale: float = 1.0) -> str:
+    if not span:
+        return "-"
+    low, high = (x / scale for x in span)
+    return f"{low:,.0f}-{high:,.0f}"
+
+
 def retention(data: dict[str, Any], table: Table) -> str:
     """Per database and run: produced and delivered rates, p99 lag, rows and bytes, catch-up."""
     rows = []
@@ -39,8 +46,9 @@ def retention(data: dict[str, Any], table: Table) -> str:
                     _n(r["rate"]),
                     _n(r["p99_ms"], " ms"),
                     f"{_x(r.get('rate_vs_without'))} / {_x(r.get('p99_vs_without'))}",
-                    f"{_n(r['rows_max'])} / {_n(r['rows_end'])}",
-                    f"{r['bytes_max'] / 2**20:,.0f} / {r['bytes_end'] / 2**20:,.0f}",
+                    _range(r.get("rows_steady")),
+                    _range(r.get("bytes_steady"), 2**20),
+                    f"{_n(r['rows_max'])} / {r['bytes_max'] / 2**20:,.0f}",
                     "-" if r.get("caught_up_s") is None else f"{r['caught_up_s']:.0f} s",
                 )
             )
@@ -51,8 +59,9 @@ def retention(data: dict[str, Any], table: Table) -> str:
         "delivered ev/s (median)",
         "commit-to-sent p99",
         "rate / p99 vs without",
-        "rows max / end",
-        "MiB max / end",
+        "rows, steady state (min-max)",
+        "MiB, steady state (min-max)",
+        "rows / MiB at most",
         "backlog purged after",
     )
     return table(header, rows)

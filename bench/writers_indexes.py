@@ -31,12 +31,15 @@ ENTERED = {
 
 
 def _tables(url: str, kind: str) -> list[str]:
-    """``bench_plain`` and one ``bench_<index>`` table per entered index; their names."""
+    """``bench_plain`` and one ``bench_with_<index>`` table per entered index; their names.
+
+    The table's name is not the index's: PostgreSQL keeps tables and indexes in one namespace.
+    """
     md = sa.MetaData()
     names = ["bench_plain"]
     sa.Table("bench_plain", md, *(c._copy() for c in outbox.columns))
     for name in ENTERED[kind]:
-        table = sa.Table(f"bench_{name}", md, *(c._copy() for c in outbox.columns))
+        table = sa.Table(f"bench_with_{name}", md, *(c._copy() for c in outbox.columns))
         source = next(i for i in outbox.indexes if i.name == name)
         where = {
             f"{d}_where": source.dialect_options[d]["where"]
@@ -75,7 +78,7 @@ def measure(kind: str, writers: Sequence[int], seconds: float, reps: int) -> dic
             row: dict[str, Any] = {"writers": k, "plain": round(plain), "indexes": {}}
             for table in tables[1:]:
                 got = median(runs[table])
-                row["indexes"][table.removeprefix("bench_")] = {
+                row["indexes"][table.removeprefix("bench_with_")] = {
                     "commits": round(got),
                     "ratio": ratio(got, plain),
                 }
