@@ -88,6 +88,10 @@ class Plan:
     #: Writers per run of the price of each index alone.
     index_writers: list[int] = field(default_factory=lambda: [1, 32])
     writers_seconds: float = 3.0
+    #: bench.writers_relayed (issue 27's measure: beside relays, both sides relayed): seconds
+    #: per run and repetitions, more than the rest, as one side's run moves by up to 2x.
+    writers_relayed_seconds: float = 5.0
+    writers_relayed_reps: int = 7
     #: bench.producers: producer processes per run, seconds per run.
     producers_processes: list[int] = field(default_factory=lambda: [1, 4])
     producers_seconds: float = 4.0
@@ -195,6 +199,8 @@ QUICK = Plan(
     business_writers=[1],
     index_writers=[8],
     writers_seconds=1.0,
+    writers_relayed_seconds=1.0,
+    writers_relayed_reps=1,
     fairness_backlog=60_000,
     fairness_seconds=3.0,
     fairness_processes=[1],
@@ -247,7 +253,12 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),
     "writers": lambda p: writers.run(
-        p.writers, p.business_writers, p.writers_seconds, p.reps, p.index_writers
+        p.writers,
+        p.business_writers,
+        p.writers_seconds,
+        p.reps,
+        p.index_writers,
+        relayed=(p.writers_relayed_seconds, p.writers_relayed_reps),
     ),
     "fairness": lambda p: fairness.run(
         p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes

@@ -261,17 +261,25 @@ def run(
     seconds: float,
     reps: int,
     index_writers: Sequence[int] = (1, 32),
+    relayed: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
-    """The section: single-row writers with no relay and beside relays, and business
-    transactions, on PostgreSQL and MariaDB."""
+    """The section: single-row writers with no relay and beside relays (``relayed``: its own
+    seconds and repetitions), and business transactions, on PostgreSQL and MariaDB."""
     from bench import writers_indexes, writers_relayed
 
-    result: dict[str, Any] = {"seconds": seconds, "reps": reps, "backlog": writers_relayed.LOW}
+    relayed_seconds, relayed_reps = relayed or (seconds, reps)
+    result: dict[str, Any] = {
+        "seconds": seconds,
+        "reps": reps,
+        "relayed_seconds": relayed_seconds,
+        "relayed_reps": relayed_reps,
+        "backlog": writers_relayed.LOW,
+    }
     for kind in ("postgresql", "mariadb"):
         result[kind] = {
             "single": single_rows(kind, writers, seconds, reps),
             "indexes": writers_indexes.measure(kind, index_writers, seconds, reps),
-            "relayed": writers_relayed.measure(kind, writers, seconds, reps),
+            "relayed": writers_relayed.measure(kind, writers, relayed_seconds, relayed_reps),
             "business": business(kind, business_writers, seconds, reps),
         }
     result["loadavg"] = services.loadavg()

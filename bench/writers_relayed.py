@@ -118,6 +118,12 @@ def measure(
                     row["relayed"] = {s: round(median(v)) for s, v in relayed.items()}
                     row["runs"] = {s: [round(x) for x in v] for s, v in runs.items()}
                     row["ratio"] = ratio(row["outbox"], row["untriggered"])
+                    # Each repetition's two runs are next to each other in time: their ratio
+                    # cancels the load drifting between repetitions.
+                    sides = zip(runs["outbox"], runs["untriggered"], strict=True)
+                    pairs = [a / b for a, b in sides]
+                    row["pair_ratios"] = [round(x, 3) for x in pairs]
+                    row["pair_ratio"] = median(pairs)
                     out[f"{mode}/{k}"] = {"mode": mode, "writers": k, **row}
                     print(f"  writers relayed {kind} {mode} K={k}: {row}", flush=True)
     return out

@@ -136,7 +136,9 @@ class InMemoryStore:
         self.rows[row.id] = row
         return row.id
 
-    def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
+    def claim(
+        self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
+    ) -> list[ClaimedEvent]:
         now, picked = self.clock(), list[ClaimedEvent]()
         runs: dict[str, int] = {}  # per key: the number the run takes next
         for row in sorted(self.rows.values(), key=lambda r: r.id):
@@ -151,7 +153,7 @@ class InMemoryStore:
                     runs[row.ordering_key] = -1  # the run is cut here
                     continue
                 runs[row.ordering_key] = expected + 1
-            elif not self._due(row, now):
+            elif not self._due(row, now) or (row.status is Status.PROCESSING and not expired):
                 continue
             row.status, row.locked_by = Status.PROCESSING, worker
             row.attempt += 1
@@ -199,11 +201,12 @@ class InMemoryStore:
         released: Sequence[Released] = (),
         limit: int,
         lease_seconds: float,
+        expired: bool = True,
     ) -> tuple[Completed, list[ClaimedEvent]]:
         done = self.complete(
             worker, sent=sent, rescheduled=rescheduled, buried=buried, released=released
         )
-        return done, self.claim(worker, limit, lease_seconds)
+        return done, self.claim(worker, limit, lease_seconds, expired=expired)
 
     def release(
         self, worker: str, events: Sequence[ClaimedEvent], delay_seconds: float, error: str

@@ -15,6 +15,10 @@ RECHECK_SHARE_OF_LEASE = 0.5
 RECORD_RETRY_SHARE_OF_LEASE = 0.5
 #: The lease keeper renews this often.
 RENEW_SHARE_OF_LEASE = 1 / 3
+#: A claim reads the lane of expired leases at most once per this share of the lease, and at
+#: least once a second (``relay.policy.LeaseSweep``): once a second at the default 30 s lease.
+SWEEP_SHARE_OF_LEASE = 1 / 30
+SWEEP_MAX_SECONDS = 1.0
 #: A relay Celery task's soft time limit: past this a drain hangs (its budget is half a lease).
 SOFT_LIMIT_SHARE_OF_LEASE = 0.9
 

@@ -25,7 +25,7 @@ from relay.config import Settings, timing
 from relay.dispatch.lease import LeaseKeeper
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.observe.observers import Observer, Recorded
-from relay.policy import Backoff, CircuitBreaker, RetryPolicy, task_expired
+from relay.policy import Backoff, CircuitBreaker, LeaseSweep, RetryPolicy, task_expired
 from relay.publishers import Publisher, message
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.protocol import Store
@@ -131,6 +131,8 @@ class Cycle:
     observer: Observer = field(default_factory=Observer)
     breaker: CircuitBreaker = field(init=False)
     retry: RetryPolicy = field(init=False)
+    #: When a claim also looks for unordered rows whose lease expired.
+    sweep: LeaseSweep = field(init=False)
     _executor: ThreadPoolExecutor | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -139,6 +141,8 @@ class Cycle:
         self.breaker = CircuitBreaker(
             s.backoff_base_seconds, min(s.backoff_max_seconds, timing.BREAKER_MAX_SECONDS)
         )
+        every = min(timing.SWEEP_MAX_SECONDS, s.lease_seconds * timing.SWEEP_SHARE_OF_LEASE)
+        self.sweep = LeaseSweep(every)
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
@@ -170,7 +174,10 @@ class Cycle:
         if not self.breaker.allows(self.clock()):
             return None
         started, since = time.perf_counter(), self.clock()
-        events = self.store.claim(self.worker_id, limit, self.settings.lease_seconds)
+        expired = self.sweep.due(self.clock())
+        events = self.store.claim(
+            self.worker_id, limit, self.settings.lease_seconds, expired=expired
+        )
         self.observer.claimed(events, time.perf_counter() - started)
         return self._hold(events, since)
 
@@ -278,7 +285,11 @@ class Cycle:
         if not next_limit:
             return self.store.complete(self.worker_id, **verdicts), []
         return self.store.complete_and_claim(
-            self.worker_id, **verdicts, limit=next_limit, lease_seconds=self.settings.lease_seconds
+            self.worker_id,
+            **verdicts,
+            limit=next_limit,
+            lease_seconds=self.settings.lease_seconds,
+            expired=self.sweep.due(self.clock()),
         )
 
     def _retrying(

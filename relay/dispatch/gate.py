@@ -113,13 +113,13 @@ class Gate:
     def _look(self) -> bool:
         if self.mode is Mode.SETTLING:
             settled = self.flag.ended(self._horizon) or self.clock() >= self._settle_until
-            if self.store.backlog(1):
+            if self.store.backlog(1, expired=False):
                 self._poll()
                 return True
             if settled:
                 self.mode = Mode.LISTENING
             return False
-        if self.store.backlog(1):
+        if self.store.backlog(1, expired=False):
             self._empty = 0
             return True
         self._empty += 1

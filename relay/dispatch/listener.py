@@ -297,7 +297,8 @@ class Poller:
         while not self._stop.wait(self.poll.next()):
             self.looks += 1
             try:
-                rows = self.store.backlog(1)
+                # New rows only: expired leases are the claims' (and the tick's) to find.
+                rows = self.store.backlog(1, expired=False)
             except StoreError as exc:
                 if not exc.retryable:
                     self.error = exc

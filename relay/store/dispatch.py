@@ -66,10 +66,13 @@ class DispatchStore(BaseStore):
         )
 
     # -- the dispatch cycle ----------------------------------------------------------------
-    def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
-        """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit."""
+    def claim(
+        self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
+    ) -> list[ClaimedEvent]:
+        """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
+        unordered rows whose lease expired only when ``expired`` (``relay.policy.LeaseSweep``)."""
         with self._tx() as conn:
-            return self._claim(conn, worker, limit, lease_seconds)
+            return self._claim(conn, worker, limit, lease_seconds, expired)
 
     def complete(
         self,
@@ -94,17 +97,20 @@ class DispatchStore(BaseStore):
         released: Sequence[Released] = (),
         limit: int,
         lease_seconds: float,
+        expired: bool = True,
     ) -> tuple[Completed, list[ClaimedEvent]]:
         """Record a batch's outcomes and lease the next batch in the same short transaction:
         one commit per batch while draining instead of two, still none across broker I/O."""
         with self._tx() as conn:
             done = self._record(conn, worker, sent, rescheduled, buried, released)
-            return done, self._claim(conn, worker, limit, lease_seconds)
+            return done, self._claim(conn, worker, limit, lease_seconds, expired)
 
     def _claim(
-        self, conn: Connection, worker: str, limit: int, lease_seconds: float
+        self, conn: Connection, worker: str, limit: int, lease_seconds: float, expired: bool
     ) -> list[ClaimedEvent]:
-        rows = self.dialect.claim(conn, worker=worker, limit=limit, lease_seconds=lease_seconds)
+        rows = self.dialect.claim(
+            conn, worker=worker, limit=limit, lease_seconds=lease_seconds, expired=expired
+        )
         return ordering.publish_order(ClaimedEvent.from_claims(rows, json_loads_many, self.source))
 
     def _record(
@@ -252,10 +258,12 @@ class DispatchStore(BaseStore):
             ids = set(conn.execute(self.dialect.held(worker), params).scalars())
         return [e for e in events if e.id in ids]
 
-    def backlog(self, limit: int) -> int:
-        """Claimable rows right now, counted up to ``limit``: cost bounded whatever the history."""
+    def backlog(self, limit: int, *, expired: bool = True) -> int:
+        """Claimable rows right now, counted up to ``limit``: cost bounded whatever the history.
+        Without ``expired``, unordered expired leases are left out: a look for new rows, whose
+        cost does not grow with the rows relayed since the table's last vacuum."""
         with self._tx() as conn:
-            return int(conn.execute(self.dialect.backlog(limit)).scalar() or 0)
+            return int(conn.execute(self.dialect.backlog(limit, expired=expired)).scalar() or 0)
 
 
 #: The name the dispatcher, the lease keeper and the wake-ups have always used.

@@ -16,8 +16,11 @@ from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 class Store(Protocol):
     """The dispatch path's verbs; every outcome is fenced on (id, ``locked_by``, attempt)."""
 
-    def claim(self, worker: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
-        """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit."""
+    def claim(
+        self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
+    ) -> list[ClaimedEvent]:
+        """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
+        unordered rows whose lease expired only when ``expired``."""
         ...
 
     def complete(
@@ -42,6 +45,7 @@ class Store(Protocol):
         released: Sequence[Released] = (),
         limit: int,
         lease_seconds: float,
+        expired: bool = True,
     ) -> tuple[Completed, list[ClaimedEvent]]:
         """Record a batch's outcomes and lease the next batch at once."""
         ...

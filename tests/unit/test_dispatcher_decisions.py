@@ -137,3 +137,23 @@ def test_a_key_goes_out_in_order_across_batches() -> None:
         dispatcher.run_once()
     assert [i for i in publisher.ids if i in ids] == ids
     assert {store.status_of(i) for i in ids} == {Status.SENT}
+
+
+def test_an_expired_lease_is_taken_back_once_the_sweep_is_due() -> None:
+    """A crashed worker's lease runs out while this dispatcher keeps claiming: a claim within a
+    second of the last sweep reads pending rows only and leaves the row alone; the first claim
+    a second after it takes the row back, with one more attempt."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    event_id = store.add("order.created", {"n": 1})
+    assert len(store.claim("crashed", 10, 0.3)) == 1  # its lease ends at +0.3 s
+    publisher = InMemoryPublisher()
+    dispatcher = _dispatcher(store, publisher, clock)  # a 30 s lease: a sweep a second
+    assert dispatcher.run_once().claimed == 0  # swept at +0: the lease still ran
+    clock.now += 0.5
+    assert dispatcher.run_once().claimed == 0  # expired, but no sweep is due yet
+    clock.now += 0.5
+    report = dispatcher.run_once()
+    assert (report.claimed, report.sent) == (1, 1)
+    assert store.rows[event_id].attempt == 2
+    assert publisher.ids == [event_id]

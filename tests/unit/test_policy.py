@@ -1,4 +1,5 @@
-"""Pure policy: backoff table, retry decisions, the broker circuit breaker."""
+"""Pure policy: backoff table, retry decisions, the broker circuit breaker, claim sizes, the
+purge's pacing, the sweep of expired leases."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from relay.policy import (
     Backoff,
     BatchSizer,
     CircuitBreaker,
+    LeaseSweep,
     PurgePacing,
     RetryPolicy,
     backoff_seconds,
@@ -167,3 +169,20 @@ def test_purge_batches_are_sized_toward_the_target_transaction_length(
 def test_the_purge_rests_to_keep_its_duty_cycle(duty: float, elapsed: float, pause: float) -> None:
     """After a batch the purger rests so that it deletes only ``duty`` of its time."""
     assert PurgePacing(duty=duty).pause(elapsed) == pytest.approx(pause)
+
+
+@pytest.mark.parametrize(
+    ("looks", "expected"),
+    [
+        ([0.0], [True]),  # the first claim always sweeps
+        ([0.0, 0.5, 0.99], [True, False, False]),
+        ([0.0, 1.0, 1.5, 2.0], [True, True, False, True]),
+        ([0.0, 10.0, 10.1], [True, True, False]),  # a long rest: the next claim sweeps
+    ],
+)
+def test_a_claim_sweeps_expired_leases_at_most_once_per_period(
+    looks: list[float], expected: list[bool]
+) -> None:
+    """Claims at these times (seconds) read the lane of expired leases when it is due."""
+    sweep = LeaseSweep(every_seconds=1.0)
+    assert [sweep.due(t) for t in looks] == expected

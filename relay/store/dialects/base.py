@@ -1,8 +1,9 @@
 """The dispatch path's statements (claim, outcomes, leases, per-key progress); each dialect
 supplies its clock, locking and upserts.
 
-They sit on top of the application's (``relay.store.dialects.produce``); the operator's
-queries are in ``relay.store.dialects.operations``. The builders return SQLAlchemy Core
+They sit on top of the application's (``relay.store.dialects.produce``) and the outcomes'
+(``relay.store.dialects.outcomes``); the operator's queries are in
+``relay.store.dialects.operations``. The builders return SQLAlchemy Core
 statements and never execute them (except ``claim`` and ``next_seq``, which run several
 statements in the transaction they are given). A snapshot test compiles each one per dialect.
 
@@ -15,7 +16,7 @@ number of rows waiting behind a head.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -26,22 +27,19 @@ from sqlalchemy import (
     Row,
     Select,
     Text,
-    Update,
     and_,
     bindparam,
-    case,
     func,
-    null,
     or_,
     select,
     tuple_,
     type_coerce,
     union_all,
-    update,
 )
 
 from relay.ordering import cut_runs
-from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, cached
+from relay.store.dialects.common import PENDING, PROCESSING, cached
+from relay.store.dialects.outcomes import OutcomeStatements
 from relay.store.dialects.produce import InboxStatements, ProducerStatements
 from relay.store.schema import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 
@@ -52,7 +50,7 @@ CLAIM_JSON = frozenset({"payload", "headers"})
 _PLACE = (outbox.c.id, outbox.c.ordering_key, outbox.c.seq)
 
 
-class Dialect(ProducerStatements, InboxStatements):
+class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
     """SQL for one database. Subclasses implement the clock and the claim."""
 
     # -- claim -------------------------------------------------------------------------------
@@ -117,23 +115,31 @@ class Dialect(ProducerStatements, InboxStatements):
             outbox.c.locked_until < self.now(),
         )
 
-    def unordered_ids(self, limit: int, *, locked: bool = True) -> CompoundSelect[Any]:
+    def unordered_ids(
+        self, limit: int, *, locked: bool = True, expired: bool = True
+    ) -> CompoundSelect[Any] | Select[Any]:
         """The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
         not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases, the
         earliest expired first, and due pending rows, oldest first. Each reads an index over its
         own status in that index's order (``ix_outbox_leases``, ``ix_outbox_pending``), so the
         claim never walks past the leases still running nor sorts more than it takes. Rows a
         lane locked but the merge left out stay locked only until the claim commits; the lane
-        of expired leases is empty in normal operation."""
+        of expired leases is empty in normal operation, but on PostgreSQL its index range is
+        not (an entry per row claimed since the last vacuum), so a claim reads it only when
+        ``expired`` (:class:`relay.policy.LeaseSweep`): without, the pending lane alone."""
+        wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
+            (self.pending_due(), (outbox.c.id,))
+        ]
+        if expired:
+            wanted.insert(0, (self.expired_unordered(), (outbox.c.locked_until, outbox.c.id)))
         lanes = []
-        for due, order in (
-            (self.expired_unordered(), (outbox.c.locked_until, outbox.c.id)),
-            (self.pending_due(), (outbox.c.id,)),
-        ):
+        for due, order in wanted:
             lane = select(outbox.c.id).where(outbox.c.seq.is_(None), due)
             lane = lane.order_by(*order).limit(limit)
             rows = (self.lock(lane) if locked else lane).subquery()
             lanes.append(select(rows.c.id))
+        if len(lanes) == 1:
+            return lanes[0]
         merged = union_all(*lanes)
         return merged.order_by(merged.selected_columns.id).limit(limit)
 
@@ -173,9 +179,16 @@ class Dialect(ProducerStatements, InboxStatements):
         return {"places": list(places)}
 
     def claim_unordered(
-        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+        self,
+        conn: Connection,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool = True,
     ) -> list[Row[Any]]:
-        """Lease up to ``limit`` of the oldest claimable unordered rows to ``worker``."""
+        """Lease up to ``limit`` of the oldest claimable unordered rows to ``worker`` (expired
+        leases among them only when ``expired``)."""
         raise NotImplementedError
 
     def lease_ids(
@@ -185,10 +198,17 @@ class Dialect(ProducerStatements, InboxStatements):
         raise NotImplementedError
 
     def claim(
-        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+        self,
+        conn: Connection,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool = True,
     ) -> list[Row[Any]]:
         """Lease up to ``limit`` rows to ``worker`` inside the open transaction: heads of keys
-        and the runs behind them, and the oldest unordered rows; each lane gets at least half
+        and the runs behind them, and the oldest unordered rows (unordered expired leases only
+        when ``expired``; a key's expired head is always found); each lane gets at least half
         of the batch when the other has work."""
         heads = conn.execute(self.heads_statement(limit)).all()
         # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
@@ -199,7 +219,11 @@ class Dialect(ProducerStatements, InboxStatements):
         rows: list[Row[Any]] = []
         if unordered_limit:
             rows = self.claim_unordered(
-                conn, worker=worker, limit=unordered_limit, lease_seconds=lease_seconds
+                conn,
+                worker=worker,
+                limit=unordered_limit,
+                lease_seconds=lease_seconds,
+                expired=expired,
             )
         if not heads:
             return rows
@@ -213,7 +237,7 @@ class Dialect(ProducerStatements, InboxStatements):
         if left > 0 and len(rows) == unordered_limit:
             # The runs were short and the unordered lane may have more: fill the batch.
             rows += self.claim_unordered(
-                conn, worker=worker, limit=left, lease_seconds=lease_seconds
+                conn, worker=worker, limit=left, lease_seconds=lease_seconds, expired=expired
             )
         return rows + self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
 
@@ -227,129 +251,9 @@ class Dialect(ProducerStatements, InboxStatements):
             "updated_at": self.now(),
         }
 
-    # -- completions: every one fenced on (id, attempt), status and locked_by ---------------
-    def fence_params(self, keys: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """The bind parameters of :meth:`_fence_many` for these ``(id, attempt)`` pairs."""
-        return {"keys": list(keys)}
-
-    def _fence_many(self, worker: str) -> ColumnElement[bool]:
-        return and_(
-            tuple_(outbox.c.id, outbox.c.attempt).in_(bindparam("keys", expanding=True)),
-            outbox.c.status == PROCESSING,
-            outbox.c.locked_by == worker,
-        )
-
-    def _fence_one(self) -> ColumnElement[bool]:
-        return and_(
-            outbox.c.id == bindparam("b_id"),
-            outbox.c.attempt == bindparam("b_attempt"),
-            outbox.c.status == PROCESSING,
-            outbox.c.locked_by == bindparam("b_worker"),
-        )
-
-    @cached
-    def mark_sent(self, worker: str) -> Update:
-        """Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...]."""
-        now = self.now()
+    def head_ids(self, limit: int) -> Select[Any]:
+        """Ids of up to ``limit`` claimable heads of their key, unlocked, in no order."""
         return (
-            update(outbox)
-            .where(self._fence_many(worker))
-            .values(status=SENT, sent_at=now, updated_at=now, locked_until=null())
-        )
-
-    @cached
-    def reschedule(self) -> Update:
-        """Failed rows with attempts left go back to pending after a per-row delay (executemany:
-        ``b_id``, ``b_attempt``, ``b_worker``, ``b_delay``, ``b_error``)."""
-        return (
-            update(outbox)
-            .where(self._fence_one())
-            .values(
-                status=PENDING,
-                next_retry_at=self.now_plus(bindparam("b_delay", type_=Float)),
-                last_error=bindparam("b_error"),
-                locked_by=null(),
-                locked_until=null(),
-                updated_at=self.now(),
-            )
-        )
-
-    @cached
-    def bury(self) -> Update:
-        """Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
-        ``b_attempt``, ``b_worker``, ``b_error``)."""
-        return (
-            update(outbox)
-            .where(self._fence_one())
-            .values(
-                status=FAILED,
-                last_error=bindparam("b_error"),
-                locked_until=null(),
-                updated_at=self.now(),
-            )
-        )
-
-    @cached
-    def release(self, worker: str) -> Update:
-        """Give rows back without spending their attempt (broker unreachable); bind ``keys``,
-        ``delay`` and ``error``."""
-        return (
-            update(outbox)
-            .where(self._fence_many(worker))
-            .values(
-                status=PENDING,
-                attempt=outbox.c.attempt - 1,
-                next_retry_at=self.now_plus(bindparam("delay", type_=Float)),
-                last_error=bindparam("error"),
-                locked_by=null(),
-                locked_until=null(),
-                updated_at=self.now(),
-            )
-        )
-
-    # -- per-key progress: the relay's side of the fence -----------------------------------
-    def progress_statement(self) -> Select[Any]:
-        """Progress of the keys bound as ``keys``, row-locked, in key order."""
-        stmt = (
-            select(outbox_progress.c.ordering_key, outbox_progress.c.sent_seq)
-            .where(outbox_progress.c.ordering_key.in_(bindparam("keys", expanding=True)))
-            .order_by(outbox_progress.c.ordering_key)
-        )
-        return stmt.with_for_update()
-
-    def set_progress(self, moves: Mapping[str, int]) -> Update:
-        """Set each key's progress to its number in ``moves``, in one statement (the rows are
-        locked by this transaction)."""
-        return (
-            update(outbox_progress)
-            .where(outbox_progress.c.ordering_key.in_(list(moves)))
-            .values(
-                sent_seq=case(
-                    dict(moves),
-                    value=outbox_progress.c.ordering_key,
-                    else_=outbox_progress.c.sent_seq,
-                )
-            )
-        )
-
-    def held(self, worker: str) -> Select[Any]:
-        """Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`."""
-        return select(outbox.c.id).where(self._fence_many(worker))
-
-    @cached
-    def renew(self, worker: str) -> Update:
-        """Extend the lease of rows still held; bind ``keys`` and ``lease_seconds``."""
-        return (
-            update(outbox)
-            .where(self._fence_many(worker))
-            .values(locked_until=self.now_plus(bindparam("lease_seconds", type_=Float)))
-        )
-
-    def backlog(self, limit: int) -> Select[Any]:
-        """How many unordered rows and heads of keys are claimable now, counting each no
-        further than ``limit`` (bounded scans)."""
-        unordered = self.unordered_ids(limit, locked=False).subquery()
-        heads = (
             select(outbox.c.id)
             .select_from(
                 outbox_progress.join(
@@ -362,8 +266,15 @@ class Dialect(ProducerStatements, InboxStatements):
             )
             .where(self.due())
             .limit(limit)
-            .subquery()
         )
+
+    def backlog(self, limit: int, *, expired: bool = True) -> Select[Any]:
+        """How many unordered rows and heads of keys are claimable now, counting each no
+        further than ``limit`` (bounded scans); unordered expired leases only when
+        ``expired`` (the wake-up's looks for new rows leave them out: see
+        :meth:`unordered_ids`)."""
+        unordered = self.unordered_ids(limit, locked=False, expired=expired).subquery()
+        heads = self.head_ids(limit).subquery()
         return select(
             select(func.count()).select_from(unordered).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()

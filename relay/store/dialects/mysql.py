@@ -102,10 +102,17 @@ class MySQLDialect(Dialect):
         return select(*self.claim_columns()).where(outbox.c.id.in_(ids))
 
     def claim_unordered(
-        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+        self,
+        conn: Connection,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool = True,
     ) -> list[Row[Any]]:
         ids: list[int] = []
-        for due in (self.lease_expired(), self.pending_due()):
+        lanes = (self.lease_expired(), self.pending_due()) if expired else (self.pending_due(),)
+        for due in lanes:
             if len(ids) < limit:
                 ids += conn.execute(self.pick_statement(due, limit - len(ids))).scalars().all()
         return self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)

@@ -63,9 +63,11 @@ class SQLiteDialect(Dialect):
         return type_coerce(days * literal_column("86400.0"), Float)
 
     @cached
-    def claim_statement(self, *, worker: str, limit: int, lease_seconds: float) -> Update:
+    def claim_statement(
+        self, *, worker: str, limit: int, lease_seconds: float, expired: bool = True
+    ) -> Update:
         """Lease the claimable rows :meth:`unordered_ids` picks, returning them."""
-        picked = self.unordered_ids(limit).scalar_subquery()
+        picked = self.unordered_ids(limit, expired=expired).scalar_subquery()
         return (
             update(outbox)
             .where(outbox.c.id.in_(picked))
@@ -74,9 +76,17 @@ class SQLiteDialect(Dialect):
         )
 
     def claim_unordered(
-        self, conn: Connection, *, worker: str, limit: int, lease_seconds: float
+        self,
+        conn: Connection,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool = True,
     ) -> list[Row[Any]]:
-        stmt = self.claim_statement(worker=worker, limit=limit, lease_seconds=lease_seconds)
+        stmt = self.claim_statement(
+            worker=worker, limit=limit, lease_seconds=lease_seconds, expired=expired
+        )
         return list(conn.execute(stmt).all())
 
     def lock(self, stmt: Select[Any]) -> Select[Any]:

@@ -30,6 +30,18 @@ FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
  LIMIT %s) AS anon_5) AS anon_1;
 
+-- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, counting each no
+SELECT (SELECT count(*) AS count_1
+FROM (SELECT anon_3.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+ LIMIT %s) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
+ LIMIT %s) AS anon_4) AS anon_1;
+
 -- beat_ages: Each heartbeat's name and seconds since it beat.
 SELECT relay_heartbeats.name, timestampdiff(MICROSECOND, relay_heartbeats.beat_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1
 FROM relay_heartbeats;
@@ -278,6 +290,13 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %s;
+
+-- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
+SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+ LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
 SELECT outbox.event_type, count(*) AS count_1

@@ -31,10 +31,26 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER) AS anon_4 ORDER BY id
  LIMIT %(param_3)s::INTEGER) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT o.id AS id
+FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
+ LIMIT %(param_4)s::INTEGER) AS o ON true
+ LIMIT %(param_5)s::INTEGER) AS anon_5) AS anon_1;
+
+-- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, counting each no
+SELECT (SELECT count(*) AS count_1
+FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
-FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
- LIMIT %(param_4)s::INTEGER) AS anon_5) AS anon_1;
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
+ LIMIT %(param_1)s::INTEGER) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT o.id AS id
+FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
+ LIMIT %(param_2)s::INTEGER) AS o ON true
+ LIMIT %(param_3)s::INTEGER) AS anon_4) AS anon_1;
 
 -- beat_ages: Each heartbeat's name and seconds since it beat.
 SELECT relay_heartbeats.name, CAST(EXTRACT(epoch FROM now() - relay_heartbeats.beat_at) AS FLOAT) AS anon_1
@@ -60,6 +76,13 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
+
+-- claim_statement[expired=False]: Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
 
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT now() AS now_1;
@@ -306,6 +329,13 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER;
+
+-- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
+SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
 SELECT outbox.event_type, count(*) AS count_1

@@ -30,6 +30,18 @@ FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.orderi
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
  LIMIT ? OFFSET ?) AS anon_5) AS anon_1;
 
+-- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, counting each no
+SELECT (SELECT count(*) AS count_1
+FROM (SELECT anon_3.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
+FROM (SELECT outbox.id AS id
+FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
+ LIMIT ? OFFSET ?) AS anon_4) AS anon_1;
+
 -- beat_ages: Each heartbeat's name and seconds since it beat.
 SELECT relay_heartbeats.name, (julianday('now') - julianday(relay_heartbeats.beat_at)) * 86400.0 AS anon_1
 FROM relay_heartbeats;
@@ -54,6 +66,13 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
  LIMIT ? OFFSET ?) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
+
+-- claim_statement[expired=False]: Lease the claimable rows :meth:`unordered_ids` picks, returning them.
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
 
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AS utc_now_1;
@@ -273,6 +292,13 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
  LIMIT ? OFFSET ?;
+
+-- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
+SELECT anon_1.id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
 SELECT outbox.event_type, count(*) AS count_1
