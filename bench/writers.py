@@ -9,6 +9,8 @@
   ``notify`` (the copy with migration 0004's trigger, which NOTIFYs on every commit).
 - **Each index alone** (the outbox's columns and primary key plus one index), no relay:
   :mod:`bench.writers_indexes`.
+- **The server's time per INSERT** for each index and trigger, timed inside the database
+  without clients or commits: :mod:`bench.writers_server`.
 - **The same with relays running** (idle, then draining a backlog): :mod:`bench.writers_relayed`,
   where both sides are relayed outboxes so that the relays' CPU falls on both alike.
 - **Business transactions**, no relay: one ``INSERT`` into an orders table per transaction
@@ -265,7 +267,7 @@ def run(
 ) -> dict[str, Any]:
     """The section: single-row writers with no relay and beside relays (``relayed``: its own
     seconds and repetitions), and business transactions, on PostgreSQL and MariaDB."""
-    from bench import writers_indexes, writers_relayed
+    from bench import writers_indexes, writers_relayed, writers_server
 
     relayed_seconds, relayed_reps = relayed or (seconds, reps)
     result: dict[str, Any] = {
@@ -277,6 +279,7 @@ def run(
     }
     for kind in ("postgresql", "mariadb"):
         result[kind] = {
+            "server": writers_server.measure(kind, max(reps, 5)),
             "single": single_rows(kind, writers, seconds, reps),
             "indexes": writers_indexes.measure(kind, index_writers, seconds, reps),
             "relayed": writers_relayed.measure(kind, writers, relayed_seconds, relayed_reps),

@@ -202,3 +202,41 @@ def _generic_plan(
                 f"EXPLAIN {compiled.string}", {**compiled.params, **(params or {})}, prepare=True
             )
             return "\n".join(row[0] for row in cur.fetchall())
+
+
+def test_the_purge_reads_the_oldest_sent_rows_by_index_whatever_the_statistics(
+    pg_url: str,
+) -> None:
+    """Statistics taken while a tenth of the rows were sent (as on a queue table between
+    analyzes), then every row sent a day ago: the purge's batch and its count of the rows left
+    past the retention read the first entries of ix_outbox_sent_at. With the retention tested
+    inside the LIMIT the planner took the matching rows for a few, read the whole table and
+    sorted it for every batch (0.17 s a batch of 2,000 at 270,000 rows, against 0.01 s)."""
+    from relay.store.dialects.retention import RetentionStatements
+
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE outbox SET (autovacuum_enabled = off)"))
+            _insert_pending(conn, 100_000)
+            sent = (
+                "UPDATE outbox SET status = 'sent', attempt = 1, "
+                "sent_at = now() - interval '1 day' + id * interval '1 ms' WHERE {}"
+            )
+            conn.execute(sa.text(sent.format("id % 10 = 0")))  # a tenth sent when analyzed
+            conn.execute(sa.text("ANALYZE outbox"))
+            conn.execute(sa.text(sent.format("id % 10 <> 0")))
+        dialect = PostgresDialect()
+        statements = (
+            operations_for(dialect).purge_sent(60.0, 2000),
+            RetentionStatements(dialect).past_retention(60.0, 100_000),
+        )
+        for stmt in statements:
+            compiled = stmt.compile(dialect=engine.dialect)
+            with engine.connect() as conn:
+                rows = conn.exec_driver_sql(f"EXPLAIN {compiled.string}", compiled.params)
+                plan = "\n".join(row[0] for row in rows)
+            assert "ix_outbox_sent_at" in plan, plan
+            assert "Seq Scan on outbox" not in plan, plan
+    finally:
+        engine.dispose()

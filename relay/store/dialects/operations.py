@@ -247,18 +247,29 @@ class Operations:
             stmt = stmt.where(audit.c.id < after)
         return stmt.order_by(audit.c.id.desc()).limit(limit)
 
+    def oldest_past_retention(self, older_than_seconds: float, limit: int) -> Select[Any]:
+        """Ids of the sent rows older than the retention among the ``limit`` oldest rows that
+        carry a ``sent_at`` (oldest first through ``ix_outbox_sent_at``).
+
+        The retention and the status are tested after the LIMIT, so no row estimate of theirs
+        can steer the plan: tested inside it, on a queue table whose statistics lag (most rows
+        pending when last analyzed), the planner took the sent rows past the retention for a
+        few hundred, read the whole table and sorted it, 0.17 s a batch of 2,000 at 270,000
+        rows, instead of the index's first entries."""
+        oldest = (
+            select(outbox.c.id, outbox.c.sent_at, outbox.c.status)
+            .where(outbox.c.sent_at.is_not(None))
+            .order_by(outbox.c.sent_at)
+            .limit(limit)
+            .subquery("oldest")
+        )
+        cutoff = self.dialect.now_plus(literal(-older_than_seconds, Float))
+        return select(oldest.c.id).where(oldest.c.sent_at < cutoff, oldest.c.status == SENT)
+
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
         """Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
         ``ix_outbox_sent_at`` from its start, so a batch reads only the rows it deletes)."""
-        victims = (
-            select(outbox.c.id)
-            .where(
-                outbox.c.sent_at < self.dialect.now_plus(literal(-older_than_seconds, Float)),
-                outbox.c.status == SENT,
-            )
-            .order_by(outbox.c.sent_at)
-            .limit(limit)
-        )
+        victims = self.oldest_past_retention(older_than_seconds, limit)
         return delete(outbox).where(outbox.c.id.in_(victims.scalar_subquery()))
 
     def beat_update(self) -> Update:

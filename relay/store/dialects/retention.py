@@ -161,14 +161,17 @@ class RetentionStatements:
     # -- the purge's readings ------------------------------------------------------------------
     def past_retention(self, older_than_seconds: float, limit: int) -> Select[Any]:
         """Sent rows older than the retention, counted no further than ``limit`` (a bounded
-        range of ``ix_outbox_sent_at``)."""
-        rows = (
-            select(outbox.c.id)
-            .where(outbox.c.sent_at < self.cutoff(older_than_seconds), outbox.c.status == SENT)
+        range of ``ix_outbox_sent_at``, read as the purge reads it: the retention tested after
+        the LIMIT, see ``Operations.oldest_past_retention``)."""
+        oldest = (
+            select(outbox.c.sent_at, outbox.c.status)
+            .where(outbox.c.sent_at.is_not(None))
+            .order_by(outbox.c.sent_at)
             .limit(limit)
-            .subquery("past")
+            .subquery("oldest")
         )
-        return select(func.count()).select_from(rows)
+        past = (oldest.c.sent_at < self.cutoff(older_than_seconds), oldest.c.status == SENT)
+        return select(func.count()).select_from(oldest).where(*past)
 
     def oldest_sent_age(self) -> Select[Any]:
         """Seconds since the oldest sent row was sent (NULL: none), via ``ix_outbox_sent_at``."""

@@ -184,6 +184,14 @@ UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)
 -- matching: The rows an operator's filter selects (``relay.store.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
+-- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
+SELECT oldest.id
+FROM (SELECT outbox.id AS id, outbox.sent_at AS sent_at, outbox.status AS status
+FROM outbox
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT %s) AS oldest
+WHERE oldest.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND oldest.status = 'sent';
+
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT timestampdiff(MICROSECOND, (SELECT min(outbox.created_at) AS min_1
 FROM outbox
@@ -196,10 +204,11 @@ WHERE outbox.sent_at IS NOT NULL), (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1;
 
 -- past_retention: Sent rows older than the retention, counted no further than ``limit`` (a bounded
 SELECT count(*) AS count_1
-FROM (SELECT outbox.id AS id
+FROM (SELECT outbox.sent_at AS sent_at, outbox.status AS status
 FROM outbox
-WHERE outbox.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.status = 'sent'
- LIMIT %s) AS past;
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT %s) AS oldest
+WHERE oldest.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND oldest.status = 'sent';
 
 -- pick_statement: ``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
 SELECT outbox.id
@@ -216,10 +225,12 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
-DELETE FROM outbox USING outbox, (SELECT outbox.id AS id
+DELETE FROM outbox USING outbox, (SELECT oldest.id AS id
+FROM (SELECT outbox.id AS id, outbox.sent_at AS sent_at, outbox.status AS status
 FROM outbox
-WHERE outbox.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.status = 'sent' ORDER BY outbox.sent_at
- LIMIT %s) AS victims WHERE outbox.id = victims.id;
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT %s) AS oldest
+WHERE oldest.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND oldest.status = 'sent') AS victims WHERE outbox.id = victims.id;
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;

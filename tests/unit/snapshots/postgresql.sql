@@ -219,6 +219,14 @@ WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status
 -- matching: The rows an operator's filter selects (``relay.store.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
+-- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
+SELECT oldest.id
+FROM (SELECT outbox.id AS id, outbox.sent_at AS sent_at, outbox.status AS status
+FROM outbox
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT %(param_1)s::INTEGER) AS oldest
+WHERE oldest.sent_at < now() + %(param_2)s * interval '1 second' AND oldest.status = 'sent';
+
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(outbox.created_at) AS min_1
 FROM outbox
@@ -231,10 +239,11 @@ WHERE outbox.sent_at IS NOT NULL)) AS FLOAT) AS anon_1;
 
 -- past_retention: Sent rows older than the retention, counted no further than ``limit`` (a bounded
 SELECT count(*) AS count_1
-FROM (SELECT outbox.id AS id
+FROM (SELECT outbox.sent_at AS sent_at, outbox.status AS status
 FROM outbox
-WHERE outbox.sent_at < now() + %(param_1)s * interval '1 second' AND outbox.status = 'sent'
- LIMIT %(param_2)s::INTEGER) AS past;
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT %(param_1)s::INTEGER) AS oldest
+WHERE oldest.sent_at < now() + %(param_2)s * interval '1 second' AND oldest.status = 'sent';
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
 SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
@@ -245,10 +254,12 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
-DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
+DELETE FROM outbox WHERE outbox.id IN (SELECT oldest.id
+FROM (SELECT outbox.id AS id, outbox.sent_at AS sent_at, outbox.status AS status
 FROM outbox
-WHERE outbox.sent_at < now() + %(param_1)s * interval '1 second' AND outbox.status = 'sent' ORDER BY outbox.sent_at
- LIMIT %(param_2)s::INTEGER);
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT %(param_1)s::INTEGER) AS oldest
+WHERE oldest.sent_at < now() + %(param_2)s * interval '1 second' AND oldest.status = 'sent');
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;

@@ -192,6 +192,14 @@ UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-
 -- matching: The rows an operator's filter selects (``relay.store.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
+-- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
+SELECT oldest.id
+FROM (SELECT outbox.id AS id, outbox.sent_at AS sent_at, outbox.status AS status
+FROM outbox
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT ? OFFSET ?) AS oldest
+WHERE oldest.sent_at < strftime(?, 'now', printf(?, ?)) AND oldest.status = 'sent';
+
 -- oldest_pending_age: Age in seconds of the oldest pending row (NULL when none).
 SELECT (julianday('now') - julianday((SELECT min(outbox.created_at) AS min_1
 FROM outbox
@@ -204,10 +212,11 @@ WHERE outbox.sent_at IS NOT NULL))) * 86400.0 AS anon_1;
 
 -- past_retention: Sent rows older than the retention, counted no further than ``limit`` (a bounded
 SELECT count(*) AS count_1
-FROM (SELECT outbox.id AS id
+FROM (SELECT outbox.sent_at AS sent_at, outbox.status AS status
 FROM outbox
-WHERE outbox.sent_at < strftime(?, 'now', printf(?, ?)) AND outbox.status = 'sent'
- LIMIT ? OFFSET ?) AS past;
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT ? OFFSET ?) AS oldest
+WHERE oldest.sent_at < strftime(?, 'now', printf(?, ?)) AND oldest.status = 'sent';
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
 SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
@@ -218,10 +227,12 @@ WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_keys]) ORDER BY outbox_pro
 DELETE FROM outbox WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- purge_sent: Delete up to ``limit`` sent rows older than the retention, oldest first (a range of
-DELETE FROM outbox WHERE outbox.id IN (SELECT outbox.id
+DELETE FROM outbox WHERE outbox.id IN (SELECT oldest.id
+FROM (SELECT outbox.id AS id, outbox.sent_at AS sent_at, outbox.status AS status
 FROM outbox
-WHERE outbox.sent_at < strftime(?, 'now', printf(?, ?)) AND outbox.status = 'sent' ORDER BY outbox.sent_at
- LIMIT ? OFFSET ?);
+WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
+ LIMIT ? OFFSET ?) AS oldest
+WHERE oldest.sent_at < strftime(?, 'now', printf(?, ?)) AND oldest.status = 'sent');
 
 -- purge_sent_matching: Delete the sent rows ``matching`` selects (an operator's purge by filter).
 DELETE FROM outbox WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
