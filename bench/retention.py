@@ -80,8 +80,9 @@ _ESTIMATE = {
 EXACT_ROWS_UP_TO = 1_000_000
 EXACT_EVERY = 12
 #: Sent rows past the retention are counted up to this many at every sample (the catch-up's
-#: backlog shows in the table's rows; "caught up" needs only zero).
-BEHIND_COUNTED_UP_TO = 100_000
+#: backlog shows in the table's rows; "caught up" needs only zero): each counted row is read
+#: from the table (its status), 100,000 of them took 0.12 s of the server a sample.
+BEHIND_COUNTED_UP_TO = 10_000
 _OLD = {
     "postgresql": "now() - interval '1 day'",
     "mariadb": "UTC_TIMESTAMP(6) - INTERVAL 1 DAY",
