@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from bench import services
 from bench.timing import ratio
-from bench.writers import median, rate, writer_pool
+from bench.writing import median, rate, writer_pool
 from relay.store import dialects
 from relay.store.engine import create_engine
 

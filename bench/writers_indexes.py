@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from bench import services
 from bench.timing import ratio
-from bench.writers import median, rate, write, writer_pool
+from bench.writing import median, rate, write, writer_pool
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
 

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 
 from bench import procs, rows, services
 from bench.timing import ratio, relay_env
-from bench.writers import backlog, median, rate, write, writer_pool
+from bench.writing import backlog, median, rate, write, writer_pool
 from relay.store.engine import create_engine
 
 MODES = ("idle", "draining")

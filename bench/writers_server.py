@@ -28,8 +28,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench import services
-from bench.writers import PAYLOAD, median
 from bench.writers_indexes import _tables as index_tables
+from bench.writing import PAYLOAD, median
 from relay.store.engine import create_engine
 
 #: Statements a run inserts, in one transaction.
