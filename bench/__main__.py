@@ -335,13 +335,15 @@ def main(argv: list[str] | None = None) -> int:
 def run_section(name: str, plan: Plan, results: Path, command: str) -> None:
     load_before = services.loadavg()
     started = time.perf_counter()
+    # The code the section starts on, not what was committed while it ran.
+    commit = services.git_revision()
     print(f"bench: {name} (load {load_before[0]:.2f}) ...", flush=True)
     data = SECTIONS[name](plan)
     record = {
         "section": name,
         "plan": plan.name,
         "command": command,
-        "commit": services.git_revision(),
+        "commit": commit,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
         "loadavg_before": load_before,
