@@ -211,11 +211,18 @@ QUICK = Plan(
     retention_rate=500,
 )
 
+#: The setting the ``delete_on_send`` section runs the relay with beside its defaults.
+DELETE_ON_SEND = "RELAY_DELETE_ON_SEND=1"
+
 #: The sections, in the order a full run measures them.
 SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "env": lambda p: services.versions(),
     "versus": lambda p: versus.run(
         services.AMQP_URL, p.versus_events, p.reps, p.versus_processes, p.baselines, p.variants
+    ),
+    # Issue 25: deleting rows at send against keeping them, beside raw Kombu, in one run.
+    "delete_on_send": lambda p: versus.run(
+        services.AMQP_URL, p.versus_events, p.reps, p.versus_processes, [], [DELETE_ON_SEND]
     ),
     "publish_ceiling": lambda p: baselines.publish_ceilings(
         p.publish_messages, p.reps, [100, 1000, 0]

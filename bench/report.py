@@ -263,7 +263,8 @@ LABELS = {
 }
 
 
-def versus(data: dict[str, Any]) -> str:
+def versus(data: dict[str, Any], wal: bool = False) -> str:
+    """The relay's modes against raw Kombu (``wal``: with the relay's WAL per event)."""
     rows = []
     for name, r in data.items():
         if not isinstance(r, dict) or "median" not in r:
@@ -279,19 +280,20 @@ def versus(data: dict[str, Any]) -> str:
                 for k in ("cpu_publishers", "cpu_postgres", "cpu_rabbitmq", "cpu_total")
             )
         )
-        rows.append(
-            [
-                label,
-                rate(r),
-                rate(r["from_start"]),
-                f"**{vs['median']:.2f}x** ({runs})" if vs else "1x",
-                cpu,
-                f"{r['cpu_vs_raw']:.2f}x" if "cpu_vs_raw" in r else ("1x" if cpu else ""),
-            ]
-        )
+        row = [
+            label,
+            rate(r),
+            rate(r["from_start"]),
+            f"**{vs['median']:.2f}x** ({runs})" if vs else "1x",
+            cpu,
+            f"{r['cpu_vs_raw']:.2f}x" if "cpu_vs_raw" in r else ("1x" if cpu else ""),
+        ]
+        if wal:
+            row.append(f"{r['wal_bytes_per_event']:,.0f}" if "wal_bytes_per_event" in r else "-")
+        rows.append(row)
     header = ["publisher", "msg/s (queue growth)", "from the commit / go", "vs raw Kombu, per run"]
     header += ["CPU µs/msg: publishers / PostgreSQL / RabbitMQ / total", "CPU-bound ratio"]
-    return table(header, rows)
+    return table(header + (["WAL bytes/event"] if wal else []), rows)
 
 
 def history(data: dict[str, Any]) -> str:
