@@ -252,8 +252,9 @@ def test_sql_is_built_only_in_the_dialects() -> None:
 
 
 def test_hot_path_statements_are_built_once_per_arguments() -> None:
-    """A claim's and an outcome's statements are built once per dialect and arguments (no
-    SQLAlchemy construction per batch), and the cache stays bounded."""
+    """A claim's, an outcome's and an enqueue's statements are built once per dialect and
+    arguments (no SQLAlchemy construction per batch or event), and the cache stays bounded."""
+    from relay.store import dialects
     from relay.store.dialects import common
     from relay.store.dialects.postgresql import PostgresDialect
 
@@ -265,6 +266,14 @@ def test_hot_path_statements_are_built_once_per_arguments() -> None:
     assert d.mark_sent("w") is d.mark_sent("w")
     assert d.mark_sent("w") is not d.mark_sent("v")
     assert PostgresDialect().mark_sent("w") is not d.mark_sent("w")  # per dialect instance
+    # The producer's side: one dialect per name, one INSERT per shape (every enqueue runs it).
+    assert dialects.for_name("postgresql") is dialects.for_name("postgresql")
+    row = dialects.for_name("postgresql").insert_event(delayed=False, ordered=False)
+    assert d.insert_event(delayed=False, ordered=False) is d.insert_event(
+        delayed=False, ordered=False
+    )
+    assert dialects.for_name("postgresql").insert_event(delayed=False, ordered=False) is row
+    assert dialects.for_name("postgresql").insert_event(delayed=True, ordered=False) is not row
     for n in range(common.STATEMENT_CACHE_SIZE + 10):
         d.heads_statement(n + 1)
     assert len(d.__dict__["_statements"]) <= common.STATEMENT_CACHE_SIZE

@@ -3,13 +3,17 @@ application's) for an engine's dialect name, :func:`operations_for` the operator
 
 from __future__ import annotations
 
+import functools
+
 from relay.exceptions import ConfigError
 from relay.store.dialects.base import Dialect
 from relay.store.dialects.operations import Operations
 
 
+@functools.cache
 def for_name(name: str) -> Dialect:
-    """The relay dialect for a SQLAlchemy dialect name (``engine.dialect.name``)."""
+    """The relay dialect for a SQLAlchemy dialect name (``engine.dialect.name``): one instance
+    per name, shared (dialects hold no state; every ``relay.enqueue`` asks for one)."""
     if name == "postgresql":
         from relay.store.dialects.postgresql import PostgresDialect
 
