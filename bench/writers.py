@@ -5,8 +5,9 @@
   transaction for a fixed time, into tables of the same database that differ only in what a
   writer pays for: ``plain`` (the outbox's columns and primary key, nothing else), ``indexed``
   (a copy of ``outbox`` with every index and no trigger), ``outbox`` (the relay's schema as
-  shipped, its trigger reading the wake-up flag, which no relay turned on) and, on PostgreSQL,
-  ``notify`` (the copy with migration 0004's trigger, which NOTIFYs on every commit).
+  shipped: since migration 0014 no wake-up trigger, only the keyed numbering's, which unkeyed
+  rows skip) and, on PostgreSQL, ``notify`` (the copy with migration 0004's trigger, which
+  NOTIFYed on every commit, for comparison).
 - **Each index alone** (the outbox's columns and primary key plus one index), no relay:
   :mod:`bench.writers_indexes`.
 - **The server's time per INSERT** for each index and trigger, timed inside the database

@@ -5,21 +5,18 @@ relays beside an outbox that is relayed compares the relay's CPU, not the writer
 here both sides are outboxes, each relayed:
 
 - two databases migrated alike: ``outbox`` (the schema as shipped) and ``untriggered`` (the
-  same, then its triggers off: on PostgreSQL ``DISABLE TRIGGER USER``, which takes the wake-up
-  trigger of migrations 0004/0011 and 0012's numbering trigger; on MariaDB 0012's trigger
-  dropped);
+  same, then its triggers off: on PostgreSQL ``DISABLE TRIGGER USER``, which since migration
+  0014 takes only 0012's numbering trigger; on MariaDB that trigger dropped);
 - one ``relay dispatch --loop`` per database at the defaults, both publishing into one bench
-  exchange. The ``untriggered`` database's relay runs with ``RELAY_NOTIFY=0`` on PostgreSQL: no
-  trigger can wake it, so it polls (from the poll floor up to the 0.4 s tick), as a relay
-  without the wake-up does;
+  exchange; on PostgreSQL both watch their outbox's id sequence (the wake-up of 0014 needs no
+  trigger), so the two relays are alike;
 - K writers commit single-row plain-SQL INSERTs into one database's outbox for ``seconds``.
-  In ``idle`` both outboxes are emptied before every run and the relays rest (the shipped
-  one listening, its flag on), then the relay of the side written to relays what the writers
-  commit; in ``draining`` both outboxes hold a backlog of at least :data:`LOW` pending rows
+  In ``idle`` both outboxes are emptied before every run and the relays rest, then the relay
+  of the side written to relays what the writers commit; in ``draining`` both outboxes hold a backlog of at least :data:`LOW` pending rows
   that both relays drain throughout, the writers' rows queued behind it.
 
 Either way the relays do the same work whichever side the writers write to, so ``outbox /
-untriggered`` is what the trigger and its wake-up cost a writer. Sides take turns, their order
+untriggered`` is what the outbox's triggers cost a writer. Sides take turns, their order
 flipping every repetition; each figure is the median of the repetitions.
 """
 
@@ -42,8 +39,8 @@ SIDES = ("outbox", "untriggered")
 #: A draining run starts with at least LOW pending rows in each outbox, topped up to BACKLOG
 #: (the relays drain a few thousand a second each; a run with its lead-in lasts under 10 s).
 LOW, BACKLOG = 50_000, 100_000
-#: How long an emptied outbox rests before an ``idle`` run: the gate turns the flag on after
-#: four empty looks at the poll floor, then settles (at most a tick, 1 s).
+#: How long an emptied outbox rests before an ``idle`` run: the relays' last claims and the
+#: watchers' looks for rows end well within it.
 IDLE_REST_SECONDS = 1.5
 
 
@@ -62,7 +59,7 @@ def _untrigger(url: str, kind: str) -> None:
 def _relay(url: str, route: services.Route, extra: Mapping[str, str]) -> Iterator[None]:
     """One ``relay dispatch --loop`` on ``url`` at the defaults (plus ``extra``)."""
     env = relay_env(url, route, None, extra)
-    del env["RELAY_TICK_SECONDS"]  # the defaults: the listener and its gate as shipped
+    del env["RELAY_TICK_SECONDS"]  # the defaults: the wake-up as shipped
     with procs.workers(procs.relay_command(), env, 1, ready=procs.RELAY_READY):
         yield
 
@@ -89,7 +86,6 @@ def measure(
 ) -> dict[str, Any]:
     """Commits/s per mode, K and side on ``kind``, with the events the relays published."""
     out: dict[str, Any] = {}
-    notify_off = {"RELAY_NOTIFY": "0"} if kind == "postgresql" else {}
     with (
         services.database("writers_shipped", kind) as shipped,
         services.database("writers_untriggered", kind) as untriggered,
@@ -98,7 +94,7 @@ def measure(
     ):
         _untrigger(untriggered, kind)
         urls = {"outbox": shipped, "untriggered": untriggered}
-        with _relay(shipped, route, {}), _relay(untriggered, route, notify_off):
+        with _relay(shipped, route, {}), _relay(untriggered, route, {}):
             for mode in modes:
                 for k in writers:
                     runs: dict[str, list[float]] = {s: [] for s in SIDES}

@@ -10,10 +10,12 @@ indexes it enters, the triggers that fire or are skipped. Tables of one database
 - ``plain``: the outbox's columns and primary key; ``+ <index>``: ``plain`` plus one index a
   pending unkeyed row enters (:data:`bench.writers_indexes.ENTERED`);
 - ``indexed``: a copy of ``outbox`` with every index and no trigger;
-- ``outbox`` as shipped (flag off, as a busy or absent relay leaves it) and, on PostgreSQL, with
-  one trigger at a time (``ALTER TABLE ... DISABLE TRIGGER``) and with the wake-up flag on
-  (every statement then calls the notify function; the commit-time NOTIFY lock, which
-  serializes commits, is :mod:`bench.writers`' to show, not this loop's).
+- ``outbox`` as shipped (on PostgreSQL, since migration 0014, only the keyed numbering's
+  trigger, whose ``WHEN`` skips unkeyed rows) and, on PostgreSQL, with its triggers disabled,
+  and with the wake-up trigger of migrations 0004/0011 put back for comparison (flag off, as a
+  busy relay left it, and on, when every statement called the notify function; the
+  commit-time NOTIFY lock, which serialized commits, is :mod:`bench.writers`' to show, not
+  this loop's).
 
 Sides take turns, reversed every other repetition; medians of the repetitions, microseconds a
 row.
@@ -35,14 +37,22 @@ from relay.store.engine import create_engine
 #: Statements a run inserts, in one transaction.
 ROWS = 20_000
 
-_PG_TRIGGERS = ("relay_outbox_notify", "relay_outbox_seq")
-#: PostgreSQL sides on the shipped ``outbox``: the triggers left enabled, and the wake-up flag.
+#: The wake-up trigger migrations 0004 and 0011 put on ``outbox`` and 0014 dropped, as it was:
+#: a statement-level NOTIFY whenever the flag sequence read 1.
+_PG_WAKEUP_0011 = (
+    "CREATE SEQUENCE bench_wakeup MINVALUE 0 MAXVALUE 1 START WITH 0",
+    "CREATE FUNCTION bench_notify_0011() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "PERFORM pg_notify('bench_writers', ''); RETURN NULL; END $$",
+    "CREATE TRIGGER bench_notify_0011 AFTER INSERT ON outbox FOR EACH STATEMENT "
+    "WHEN (pg_sequence_last_value('bench_wakeup') = 1) EXECUTE FUNCTION bench_notify_0011()",
+)
+_PG_TRIGGERS = ("relay_outbox_seq", "bench_notify_0011")
+#: PostgreSQL sides on the shipped ``outbox``: the triggers left enabled, and the 0011 flag.
 _PG_OUTBOX: dict[str, tuple[tuple[str, ...], int]] = {
     "outbox, triggers disabled": ((), 0),
-    "outbox, numbering trigger only": (("relay_outbox_seq",), 0),
-    "outbox, wake-up trigger only (flag off)": (("relay_outbox_notify",), 0),
-    "outbox as shipped (flag off)": (_PG_TRIGGERS, 0),
-    "outbox as shipped, flag on": (_PG_TRIGGERS, 1),
+    "outbox as shipped": (("relay_outbox_seq",), 0),
+    "before 0014: + wake-up trigger, flag off": (_PG_TRIGGERS, 0),
+    "before 0014: + wake-up trigger, flag on": (_PG_TRIGGERS, 1),
 }
 
 
@@ -72,6 +82,9 @@ def _setup(url: str, kind: str) -> dict[str, tuple[str, Sequence[str]]]:
         for table in [*tables, "bench_indexed", "outbox"]:
             loop = _pg_loop if kind == "postgresql" else _maria_loop
             conn.execute(sa.text(loop(table)))
+        if kind == "postgresql":
+            for ddl in _PG_WAKEUP_0011:
+                conn.execute(sa.text(ddl))
     engine.dispose()
     sides: dict[str, tuple[str, Sequence[str]]] = {"plain": ("bench_plain", ())}
     for table in tables[1:]:
@@ -85,7 +98,7 @@ def _setup(url: str, kind: str) -> dict[str, tuple[str, Sequence[str]]]:
             f"ALTER TABLE outbox {'ENABLE' if t in enabled else 'DISABLE'} TRIGGER {t}"
             for t in _PG_TRIGGERS
         ]
-        prepare.append(f"SELECT setval('relay_wakeup', {flag}, true)")
+        prepare.append(f"SELECT setval('bench_wakeup', {flag}, true)")
         sides[name] = ("outbox", prepare)
     return sides
 

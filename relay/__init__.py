@@ -97,7 +97,7 @@ MOVED = {
     "relay.filters": "relay.store.filters",
     "relay.inbox": "relay.consume.inbox",
     "relay.lease": "relay.dispatch.lease",
-    "relay.listener": "relay.dispatch.listener",
+    "relay.listener": "relay.dispatch.watch",
     "relay.message": "relay.publishers.message",
     "relay.metrics": "relay.observe.metrics",
     "relay.migrate": "relay.store.migrate",

@@ -68,15 +68,15 @@ MEANING: dict[str, str] = {
     "processes",
     "retention_seconds": "sent rows older than this are deleted by `relay.purge_sent`",
     "purge_interval_seconds": "how often beat sends `relay.purge_sent`",
-    "notify": "PostgreSQL: LISTEN for the outbox trigger's NOTIFY (`relay dispatch --loop`, and "
-    "one listener in beat); off: poll only. Behind a pooler in transaction mode the listener "
-    "finds it hears nothing, logs it once, and the relay polls (or set `RELAY_LISTEN_URL`)",
-    "listen_url": "PostgreSQL: where the listener LISTENs, a direct or session-mode URL of the "
-    "same database when `RELAY_DATABASE_URL` goes through a transaction pooler "
-    "([PostgreSQL in production](postgresql.md))",
-    "poll_floor_seconds": "shortest wait of adaptive polling, doubling to the tick while idle; "
-    "shortest gap between two wake-ups beat's listener sends, or two claims a busy "
-    "`dispatch --loop` makes when notified",
+    "notify": "PostgreSQL: the commit-time wake-up. `relay dispatch --loop` (and one watcher "
+    "in beat) looks at the sequence of `outbox.id` every poll floor and claims when it moved; "
+    "writers run nothing for it, and it works through a transaction pooler "
+    "([the wake-up](running.md#the-wake-up)). Off: poll only",
+    "listen_url": "PostgreSQL: another URL of the same database for the wake-up's watcher; no "
+    "longer needed behind a transaction pooler ([PostgreSQL in production](postgresql.md))",
+    "poll_floor_seconds": "how often the PostgreSQL wake-up looks at the id sequence; shortest "
+    "wait of adaptive polling, doubling to the tick while idle; shortest gap between two "
+    "wake-ups beat's watcher sends",
     "metrics_port": "Prometheus endpoint (`/metrics`) of `relay dispatch --loop` and of "
     "`celery -A relay worker` ([metrics](operations.md#metrics)); unset: no endpoint, nothing "
     "counted",
@@ -129,7 +129,7 @@ def _derived() -> dict[str, Callable[[], str]]:
         ),
         "tick_seconds": lambda: (
             f"unset: {_n(Settings(database_url=PG).tick_seconds)} on PostgreSQL with "
-            f"`RELAY_NOTIFY` on, {_n(POLLED_TICK_SECONDS)} where nothing notifies (MySQL, "
+            f"`RELAY_NOTIFY` on, {_n(POLLED_TICK_SECONDS)} where nothing wakes the relay (MySQL, "
             "MariaDB, SQLite, `RELAY_NOTIFY=0`): there the tick is how soon an idle relay looks; "
             "never below a set poll floor"
         ),
@@ -137,7 +137,7 @@ def _derived() -> dict[str, Callable[[], str]]:
             f"unset: at most a set tick (`RELAY_TICK_SECONDS=0.01` gives "
             f"{_n(_s(tick_seconds=0.01).poll_floor_seconds)}). Set alone above the default "
             f"tick, the tick grows to it: above {_n(Settings(database_url=PG).tick_seconds)} "
-            f"on PostgreSQL with notifications, above {_n(POLLED_TICK_SECONDS)} elsewhere "
+            f"on PostgreSQL with the wake-up, above {_n(POLLED_TICK_SECONDS)} elsewhere "
             f"(`RELAY_POLL_FLOOR_SECONDS=2` gives a tick of "
             f"{_n(_s(poll_floor_seconds=2.0).tick_seconds)})"
         ),
@@ -282,11 +282,11 @@ take a number (`0.5`).
 | --- | --- | --- | --- | --- | --- |
 {rows}
 
-A relay process that polls for rows itself (`relay dispatch --loop` where nothing notifies, a
-listener that hears nothing behind a pooler, beat's poller) waits at most {polled_idle} s between
-two looks while idle, unless `RELAY_TICK_SECONDS` was set where nothing notifies (then the tick),
-and never less than the poll floor: one bounded statement per look. Where nothing notifies, the
-tick itself defaults to {polled_tick} s.
+A relay process that polls for rows itself (`relay dispatch --loop` where nothing wakes it, a
+wake-up that cannot read the id sequence, beat's poller) waits at most {polled_idle} s between
+two looks while idle, unless `RELAY_TICK_SECONDS` was set where nothing wakes it (then the tick),
+and never less than the poll floor: one bounded statement per look. Where nothing wakes the
+relay, the tick itself defaults to {polled_tick} s.
 
 Other variables the relay reads:
 

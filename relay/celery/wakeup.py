@@ -31,7 +31,7 @@ class Waker:
 
     The commit only sets an event, so a slow or dead broker never holds the caller's commit;
     wake-ups arriving while one is being sent coalesce into one more, and with ``min_interval``
-    so do those arriving within that long after a send (the beat listener's bound on a burst:
+    so do those arriving within that long after a send (the beat watcher's bound on a burst:
     at most one task per interval). A failed send is logged: the tick picks the events up
     instead.
     """
@@ -49,7 +49,7 @@ class Waker:
         #: The database (of ``RELAY_DATABASES``) the tasks it sends drain; None: the only one.
         self.source = source
         #: Send nothing while a relay task already waits in ``RELAY_QUEUE`` (it will drain what
-        #: this wake-up is for): under steady load the beat listener keeps at most one queued.
+        #: this wake-up is for): under steady load the beat watcher keeps at most one queued.
         self.one_queued = one_queued
         #: Wake-up tasks sent so far by this process, and those left out because one waited.
         self.sent = self.skipped = 0
@@ -122,10 +122,10 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
 
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
-    :class:`relay.dispatch.listener.Listener` holding an advisory lock (a second beat on the same
-    database stands by; on ``RELAY_LISTEN_URL`` when set); elsewhere, or when the listener hears
-    nothing (a pooler in transaction mode), a :class:`relay.dispatch.listener.Poller` looks for
-    claimable rows adaptively, floor to tick."""
+    :class:`relay.dispatch.watch.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
+    or when it cannot read the outbox id sequence, a :class:`relay.dispatch.watch.Poller` looks
+    for claimable rows adaptively, floor to tick. A second beat by mistake watches too: its
+    wake-ups are as harmless as its ticks."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:

@@ -66,7 +66,7 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
         yield _idle_timeout(engine)
         yield _autovacuum(engine)
         yield doctor_pooler.pooler(settings)
-        yield doctor_pooler.listening(settings)
+        yield doctor_pooler.wakeup(settings)
     yield _clock(engine)
     yield _tick(settings)
     from relay.commands.doctor_retention import retention

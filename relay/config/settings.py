@@ -23,15 +23,15 @@ DEFAULT_BROKER_URL = "filesystem://"
 #: left unset beside a set confirm timeout grows to keep that share: a batch that waits for its
 #: confirms still has most of its lease left to record the outcome.
 CONFIRM_SHARE_OF_LEASE = 1 / 3
-#: Where nothing notifies the relay of new rows (MySQL, MariaDB, SQLite, or PostgreSQL with
+#: Where nothing wakes the relay for new rows (MySQL, MariaDB, SQLite, or PostgreSQL with
 #: ``RELAY_NOTIFY`` off), the tick is how soon an idle relay looks again, so its default is
 #: shorter there: a load that starts after a quiet spell waits at most this long for its first
 #: claim (issue 16: p99 under 300 ms on MariaDB at 200 ev/s), for about one claim per process
 #: every 0.4 s when idle.
 POLLED_TICK_SECONDS = 0.4
 #: The longest wait between two looks of a process that polls for rows itself (``relay dispatch
-#: --loop`` where nothing notifies, a listener that hears nothing behind a pooler, beat's
-#: poller): one cheap statement, where the tick is a Celery message, so it looks more often. A
+#: --loop`` where nothing wakes it, a watcher that cannot read the sequence, beat's poller):
+#: one cheap statement, where the tick is a Celery message, so it looks more often. A
 #: single commit after a quiet spell waits at most this long (plus one claim and publish) for
 #: its first claim: under the 300 ms p99 of issues 16 and 28 by construction, for about five
 #: bounded statements a second per idle process.
@@ -75,16 +75,18 @@ class Settings:
     purge_interval_seconds: float = 3600.0
     #: The statement that records a row as sent deletes it: ``RELAY_RETENTION_SECONDS=0``.
     delete_on_send: bool = False
-    #: PostgreSQL: LISTEN for the outbox trigger's NOTIFY and claim at once (off: poll only).
-    #: Behind a pooler in transaction mode, which cannot LISTEN, the listener notices that it
-    #: hears nothing and the relay polls, unless ``listen_url`` gives it a connection that hears.
+    #: PostgreSQL: the commit-time wake-up. The relay watches the sequence that numbers
+    #: ``outbox.id`` every ``poll_floor_seconds`` and claims as soon as it moves; writers run
+    #: nothing for it (no trigger, no NOTIFY) and it works through a transaction pooler.
+    #: Off: the relay polls adaptively, as on the other databases.
     notify: bool = True
-    #: PostgreSQL: where the listener LISTENs, a direct or session-mode URL of the outbox
-    #: database, for a relay whose ``database_url`` goes through a transaction pooler.
-    #: None: ``database_url``. Logged with its password redacted, as ``database_url`` is.
+    #: PostgreSQL: another URL of the outbox database for the wake-up's watcher (by default
+    #: ``database_url``). No longer needed behind a pooler: the watcher needs no session.
+    #: Logged with its password redacted, as ``database_url`` is.
     listen_url: str | None = None
-    #: Shortest wait of adaptive polling after a claim found nothing (doubling up to the tick),
-    #: and the shortest gap between two wake-ups the Celery fleet's listener sends.
+    #: How often the PostgreSQL wake-up looks at the outbox id sequence; the shortest wait of
+    #: adaptive polling after a claim found nothing (doubling up to the tick); the shortest gap
+    #: between two wake-ups the Celery fleet's beat sends.
     poll_floor_seconds: float = 0.025
     #: Port of the Prometheus endpoint of ``relay dispatch --loop`` and of relay Celery workers
     #: (``relay.observe.metrics``); None: no endpoint, no metrics kept.
@@ -285,7 +287,7 @@ class Settings:
                 in ("postgresql", "postgres"),
                 "RELAY_LISTEN_URL",
                 redact(self.listen_url),
-                "must be a PostgreSQL URL (only PostgreSQL has LISTEN/NOTIFY)",
+                "must be a PostgreSQL URL (only PostgreSQL's outbox is watched)",
             )
         if self.console_redact is not None:
             check(
@@ -299,8 +301,8 @@ class Settings:
     def idle_poll_seconds(self) -> float:
         """The longest wait of a relay process that polls for rows itself: the tick where
         nothing notifies and ``RELAY_TICK_SECONDS`` was set; otherwise at most
-        :data:`POLLED_IDLE_SECONDS` (also for a listener that finds it hears nothing, whatever
-        tick its notifications would have allowed), never below the poll floor."""
+        :data:`POLLED_IDLE_SECONDS` (also for a watcher that cannot read the sequence, whatever
+        tick its wake-ups would have allowed), never below the poll floor."""
         derived = max(POLLED_TICK_SECONDS, self.poll_floor_seconds)
         chosen = "tick_seconds" in self.explicit or self.tick_seconds != derived
         if chosen and not self.notified:
@@ -309,7 +311,7 @@ class Settings:
 
     @property
     def notified(self) -> bool:
-        """Whether new rows notify the relay: PostgreSQL with ``RELAY_NOTIFY`` on (LISTEN)."""
+        """Whether new rows wake the relay: PostgreSQL with ``RELAY_NOTIFY`` on (the watcher)."""
         scheme = self.database_url.split(":", 1)[0].split("+", 1)[0].lower()
         return self.notify and scheme in ("postgresql", "postgres")
 
@@ -320,7 +322,7 @@ class Settings:
 
     @property
     def listen_connection_url(self) -> str:
-        """Where the listener LISTENs: ``RELAY_LISTEN_URL``, else the outbox database's URL."""
+        """Where the wake-up watches: ``RELAY_LISTEN_URL``, else the outbox database's URL."""
         return self.listen_url or self.database_url
 
     @property

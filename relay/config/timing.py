@@ -30,7 +30,5 @@ BROKER_REST_MIN_SECONDS = 0.05
 RECORD_RETRY_FIRST_SECONDS, RECORD_RETRY_MAX_SECONDS = 0.05, 2.0
 #: First and longest wait of ``dispatch --loop`` while the database is unreachable.
 DATABASE_RETRY_FIRST_SECONDS, DATABASE_RETRY_MAX_SECONDS = 0.1, 5.0
-#: The LISTEN connection checks it is still alive after this long without a notification.
-LISTEN_HEARTBEAT_SECONDS = 5.0
-#: First and longest wait before the listener reconnects (doubling in between).
-LISTEN_RETRY_FIRST_SECONDS, LISTEN_RETRY_MAX_SECONDS = 0.1, 5.0
+#: First and longest wait of the wake-up's watcher while the database is unreachable.
+WATCH_RETRY_FIRST_SECONDS, WATCH_RETRY_MAX_SECONDS = 0.1, 5.0

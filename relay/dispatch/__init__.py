@@ -1,3 +1,4 @@
 """The relay itself: claim -> publish -> record, the drain and loop around it, the lease keeper,
-the commit-time wake-up listener, and the runner that assembles a relay process from settings.
+the commit-time wake-up (a watcher of the outbox id sequence), and the runner that assembles a
+relay process from settings.
 """

@@ -127,9 +127,9 @@ class Dispatcher(Cycle):
         """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
         because a batch came back short), rest until ``wake`` is set or the tick passes.
 
-        With ``wake`` (set by a :class:`relay.dispatch.listener.Listener` on each notification,
-        and by its gate at most once per ``RELAY_POLL_FLOOR_SECONDS`` while rows keep coming; set
-        it along with ``stop`` to stop at once) the loop rests until woken or its adaptive poll
+        With ``wake`` (set by a :class:`relay.dispatch.watch.SequenceWatcher` at most once per
+        ``RELAY_POLL_FLOOR_SECONDS`` while rows keep coming; set it along with ``stop`` to stop
+        at once) the loop rests until woken or its adaptive poll
         is due, whichever comes first, then drains at once.
         Without, it polls adaptively: ``RELAY_POLL_FLOOR_SECONDS`` after a drain that moved
         rows (held there for about one idle wait), then doubling after each empty one up to
@@ -155,7 +155,7 @@ class Dispatcher(Cycle):
             if on_pass is not None:
                 on_pass()
             if wake is not None:
-                wake.clear()  # before the claim: a notification during the drain rings again
+                wake.clear()  # before the claim: a wake-up during the drain rings again
             try:
                 report = self.drain(stop=stop)
             except StoreError as exc:
@@ -175,8 +175,7 @@ class Dispatcher(Cycle):
                 if wake is None:
                     stop.wait(poll.next())
                     continue
-                # Busy, writers do not notify (the listener's gate keeps their flag off): the
-                # adaptive poll carries latency, as where there is no NOTIFY at all.
+                # Woken by the watcher, or at the adaptive poll's next look (the tick at most).
                 wake.wait(poll.next())
         return total
 

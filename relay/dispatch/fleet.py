@@ -2,7 +2,7 @@
 
 One child process per database, each the single-database relay of
 :func:`relay.dispatch.runner.run` with its own store, engine, publisher connection, circuit
-breaker and wake-up (a LISTEN/NOTIFY listener on PostgreSQL, adaptive polling elsewhere), and
+breaker and wake-up (the sequence watcher on PostgreSQL, adaptive polling elsewhere), and
 this process supervising them: SIGTERM/SIGINT are passed on, a child that dies is started
 again (after a backoff), and the heartbeat file is touched while every child runs.
 

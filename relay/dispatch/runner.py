@@ -1,5 +1,5 @@
 """One place that builds a running relay process from :class:`~relay.config.Settings`: the
-dispatcher with its observers, the drain loop with its listener and heartbeat, the metrics
+dispatcher with its observers, the drain loop with its wake-up and heartbeat, the metrics
 endpoint, and the deployment's watcher. ``relay dispatch`` and the Celery glue
 (:mod:`relay.celery`) both build through here, so the two ways of running the relay cannot drift.
 """
@@ -21,8 +21,8 @@ from relay.store.dispatch import DispatchStore
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from relay.dispatch.listener import Listener, Poller
     from relay.dispatch.purger import PurgeLoop
+    from relay.dispatch.watch import Poller, SequenceWatcher
 
 # The CLI's own logger: `relay dispatch` has always logged its start and end under "relay".
 log = logging.getLogger("relay")
@@ -63,7 +63,7 @@ def shutdown(dispatcher: Dispatcher) -> None:
 
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
     """A relay process without Celery: drain once, or drain until SIGTERM/SIGINT with the
-    listener (or adaptive polling), the heartbeat file and the metrics endpoint."""
+    wake-up watcher (or adaptive polling), the heartbeat file and the metrics endpoint."""
     store = DispatchStore.from_settings(settings)
     relay = dispatcher(settings, store)
     log.info("relay %s starting: %s", relay.worker_id, settings.describe())
@@ -82,8 +82,8 @@ def _loop(
     settings: Settings, relay: Dispatcher, engine: Engine, heartbeat_file: str | None
 ) -> Report:
     serve_metrics(settings, engine)
-    # ``until`` ends the listening phase: on a signal, or when the listener finds it hears
-    # nothing (a transaction pooler); the loop then polls as with RELAY_NOTIFY=0.
+    # ``until`` ends the watched phase: on a signal, or when the watcher finds it cannot read
+    # the sequence (a missing privilege); the loop then polls as with RELAY_NOTIFY=0.
     stop, wake, until = threading.Event(), threading.Event(), threading.Event()
 
     def on_signal(*_: object) -> None:
@@ -91,30 +91,30 @@ def _loop(
         until.set()
         wake.set()
 
-    def on_deaf() -> None:
+    def on_unwatchable() -> None:
         until.set()
         wake.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    watcher = listener(settings, wake.set, on_deaf=on_deaf)
-    if watcher is None:
+    watching = wake_watcher(settings, wake.set, on_unwatchable=on_unwatchable)
+    if watching is None:
         log.info(
-            "no LISTEN/NOTIFY here: polling every %gs to %gs",
+            "no sequence to watch here: polling every %gs to %gs",
             settings.poll_floor_seconds,
             settings.idle_poll_seconds,
         )
     beat = heartbeat(heartbeat_file)
     retention = purge_loop(settings, relay.worker_id)
     try:
-        report = relay.loop(until, wake=wake if watcher else None, on_pass=beat)
+        report = relay.loop(until, wake=wake if watching else None, on_pass=beat)
         if not stop.is_set():
             report.add(relay.loop(stop, on_pass=beat))
         return report
     finally:
         retention.stop()
-        if watcher is not None:
-            watcher.stop()
+        if watching is not None:
+            watching.stop()
 
 
 def purge_loop(settings: Settings, holder: str) -> PurgeLoop:
@@ -126,45 +126,39 @@ def purge_loop(settings: Settings, holder: str) -> PurgeLoop:
     return PurgeLoop(purger, settings.purge_interval_seconds).start()
 
 
-def listener(
+def wake_watcher(
     settings: Settings,
-    on_notify: Callable[[], None],
+    on_wake: Callable[[], None],
     *,
-    exclusive: bool = False,
-    on_deaf: Callable[[], None] | None = None,
-) -> Listener | None:
-    """On PostgreSQL with ``RELAY_NOTIFY`` on, a started listener (on ``RELAY_LISTEN_URL`` when
-    set) calling ``on_notify`` on each notification, and ``on_deaf`` if it finds that it hears
-    nothing (a transaction pooler); otherwise None."""
-    # Loaded here, not above: psycopg is needed only where a loop or a beat watches the outbox.
-    from relay.dispatch import listener as listening
+    on_unwatchable: Callable[[], None] | None = None,
+) -> SequenceWatcher | None:
+    """On PostgreSQL with ``RELAY_NOTIFY`` on, a started :class:`SequenceWatcher` (on
+    ``RELAY_LISTEN_URL`` when set) calling ``on_wake`` when rows were committed, and
+    ``on_unwatchable`` if it finds it cannot read the sequence; otherwise None."""
+    # Loaded here, not above: only a loop or a beat watches the outbox.
+    from relay.dispatch import watch
 
-    if not (settings.notify and listening.supports(settings.database_url)):
+    if not (settings.notify and watch.supports(settings.database_url)):
         return None
-    from relay.dispatch.gate import Gate
-
-    return listening.Listener(
-        settings.listen_connection_url,
-        on_notify,
-        exclusive=exclusive,
-        on_deaf=on_deaf,
-        variable=settings.listen_variable,
-        gate=Gate.from_settings(settings),
+    # Two connections: the reader keeps one for its looks, the looks for rows take the other.
+    store = DispatchStore.from_url(
+        settings.listen_connection_url, pool_size=2, variable=settings.listen_variable
+    )
+    return watch.SequenceWatcher(
+        store, on_wake, settings.poll_floor_seconds, on_unwatchable=on_unwatchable
     ).start()
 
 
-def watcher(settings: Settings, on_found: Callable[[], None]) -> Listener | Poller:
-    """The deployment's one watcher of new rows, started: an exclusive listener (a second one on
-    the same database stands by), or where there is no NOTIFY a poller, floor to tick."""
+def watcher(settings: Settings, on_found: Callable[[], None]) -> SequenceWatcher | Poller:
+    """The deployment's one watcher of new rows, started: the sequence watcher on PostgreSQL,
+    elsewhere (or when the sequence cannot be read) a poller, floor to tick."""
     s = settings
-    from relay.dispatch.listener import poll_instead
+    from relay.dispatch.watch import Poller, poll_instead
 
-    deaf = poll_instead(s.database_url, on_found, s.poll_floor_seconds, s.idle_poll_seconds)
-    found = listener(s, on_found, exclusive=True, on_deaf=deaf)
+    instead = poll_instead(s.database_url, on_found, s.poll_floor_seconds, s.idle_poll_seconds)
+    found = wake_watcher(s, on_found, on_unwatchable=instead)
     if found is not None:
         return found
-    from relay.dispatch.listener import Poller
-
     poller = Poller(
         DispatchStore.from_url(s.database_url), on_found, s.poll_floor_seconds, s.idle_poll_seconds
     ).start()

@@ -36,8 +36,9 @@ def normalize_url(url: str) -> str:
     return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
 
 
-def create_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for the outbox database, tuned per dialect.
+def create_engine(url: str, *, variable: str = "RELAY_DATABASE_URL", **kwargs: Any) -> Engine:
+    """An engine for the outbox database, tuned per dialect; errors in ``url`` name
+    ``variable``, the setting it came from.
 
     SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
     writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
@@ -62,10 +63,10 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     except (sa_exc.ArgumentError, ValueError) as exc:
         # The URL does not parse (a port that is not a number, an unknown dialect): the
         # setting is wrong, and saying so beats a traceback.
-        raise ConfigError(f"RELAY_DATABASE_URL={redact(url)!r}: {redact(str(exc))}") from exc
+        raise ConfigError(f"{variable}={redact(url)!r}: {redact(str(exc))}") from exc
     except ImportError as exc:
         hint = _EXTRAS.get(getattr(exc, "name", None) or "", "")
-        raise StoreError(f"RELAY_DATABASE_URL={redact(url)!r}: {exc}{hint}") from exc
+        raise StoreError(f"{variable}={redact(url)!r}: {exc}{hint}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_begin_immediate)

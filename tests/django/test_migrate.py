@@ -52,6 +52,7 @@ def test_migrate_after_relay_migrate_is_a_noop(django_db: str) -> None:
             "0001_relay_0011",
             "0002_relay_0012",
             "0003_relay_0013",
+            "0004_relay_0014",
         ]
     call_command("migrate", "relay", verbosity=0)  # and again: nothing left to apply
     migrate.check(django_db)

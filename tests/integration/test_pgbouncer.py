@@ -1,6 +1,6 @@
 """Through a throwaway PgBouncer in transaction pooling mode (issue 28): the store, producers, the
-inbox, the CLI's commands and `relay doctor` work on pooled connections, and the listener finds
-that it hears nothing there instead of waiting for ever."""
+inbox, the CLI's commands, `relay doctor` and the PostgreSQL wake-up work on pooled
+connections."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.consume import inbox
-from relay.dispatch.listener import Listener
+from relay.dispatch.watch import SequenceWatcher
 from relay.store.dispatch import Store
 from relay.store.engine import create_engine
 from tests.support.env import wait_until
@@ -79,62 +79,37 @@ def test_producers_and_the_inbox_work_through_the_pooler(
             engine.dispose()
 
 
-def test_listener_through_the_pooler_goes_deaf_once_and_hands_over(
+def test_the_wake_up_watches_through_the_pooler(
     pgbouncer: PgBouncer,  # noqa: F811
     pg_url: str,
 ) -> None:
-    """Behind a transaction pooler the listener's own probe never comes back: it never claims
-    to listen, marks itself deaf, logs it, calls on_deaf once and ends."""
-    handed_over = threading.Event()
-    listener = Listener(
-        pgbouncer.url(pg_url), lambda: None, on_deaf=handed_over.set, probe_seconds=1
-    )
-    listener.start()
-    try:
-        wait_until(handed_over.is_set, 20, "the listener to hand over to polling")
-        assert listener.deaf.is_set()
-        assert not listener.listening.is_set()
-        assert listener._thread is not None
-        listener._thread.join(5)
-        assert not listener._thread.is_alive(), "a deaf listener keeps no connection open"
-    finally:
-        listener.stop()
-
-
-def test_exclusive_listener_through_the_pooler_takes_no_advisory_lock(
-    pgbouncer: PgBouncer,  # noqa: F811
-    pg_url: str,
-) -> None:
-    """Beat's exclusive listener behind a transaction pooler goes deaf before leading: no
-    session advisory lock is left on a server connection that other clients would inherit."""
-    handed_over = threading.Event()
-    listener = Listener(
-        pgbouncer.url(pg_url),
-        lambda: None,
-        exclusive=True,
-        on_deaf=handed_over.set,
-        probe_seconds=1,
-    )
-    listener.start()
+    """The PostgreSQL wake-up needs no session: through a transaction pooler it sees a commit
+    made on the direct URL, including one whose transaction stayed open after its INSERT, and
+    leaves no session state (no advisory lock, no LISTEN) on the pooler's server connections."""
+    woken = threading.Event()
+    watching = SequenceWatcher(Store.from_url(pgbouncer.url(pg_url), pool_size=2), woken.set, 0.025)
+    watching.start()
     direct = create_engine(pg_url)
     try:
-        wait_until(handed_over.is_set, 20, "the listener to hand over to polling")
+        wait_until(lambda: watching.looks >= 5 and watching.rule.horizon is None, 20, "a settle")
+        assert watching.error is None
         with direct.connect() as conn:
-            held = conn.execute(
+            conn.execute(sa.text("INSERT INTO outbox (event_type, payload) VALUES ('p', '{}')"))
+            woken.wait(1)  # the INSERT moved the sequence: woken already, before the commit
+            woken.clear()
+            conn.commit()
+        assert woken.wait(2), "the looks for rows found the row after its commit"
+        with direct.connect() as conn:
+            state = conn.execute(
                 sa.text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
-                    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                    "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'), "
+                    "(SELECT count(*) FROM pg_listening_channels())"
                 )
-            ).scalar()
-        assert held == 0
+            ).one()
+        assert tuple(state) == (0, 0)
     finally:
-        listener.stop()
+        watching.stop()
         direct.dispose()
-
-
-def test_listener_on_a_direct_url_hears_itself(pg_url: str) -> None:
-    """On a direct URL the probe comes back at once: listening, not deaf."""
-    assert Listener(pg_url, lambda: None, probe_seconds=2).hears()
 
 
 def _doctor(env: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -142,25 +117,22 @@ def _doctor(env: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in json.loads(out.stdout)}
 
 
-def test_doctor_names_the_pooler_and_the_setting_that_fixes_the_listener(
+def test_doctor_names_the_pooler_and_passes_the_wake_up_through_it(
     pgbouncer: PgBouncer,  # noqa: F811
     pg_url: str,
     amqp_url: str,
 ) -> None:
-    """relay doctor on a pooled URL: says it is a transaction pooler, warns that the listener
-    hears nothing and names RELAY_LISTEN_URL; with that set to the direct URL, the listener
-    passes; on the direct URL there is no pooler."""
+    """relay doctor on a pooled URL says it is a transaction pooler and that the wake-up
+    works there (no RELAY_LISTEN_URL needed); on the direct URL there is no pooler."""
     pooled = pgbouncer.url(pg_url)
     env = {"RELAY_DATABASE_URL": pooled, "RELAY_BROKER_URL": amqp_url}
-    deaf = _doctor(env)
-    assert "transaction mode" in deaf["transaction pooler"]["detail"]
-    assert deaf["listener"]["status"] == "warn"
-    assert "RELAY_LISTEN_URL" in deaf["listener"]["fix"]
-    fixed = _doctor(env | {"RELAY_LISTEN_URL": pg_url})
-    assert fixed["listener"]["status"] == "pass"
+    through = _doctor(env)
+    assert "transaction mode" in through["transaction pooler"]["detail"]
+    assert through["wake-up"]["status"] == "pass", through["wake-up"]
+    assert "outbox_id_seq" in through["wake-up"]["detail"]
     direct = _doctor({"RELAY_DATABASE_URL": pg_url, "RELAY_BROKER_URL": amqp_url})
     assert direct["transaction pooler"]["detail"].startswith("none")
-    assert direct["listener"]["status"] == "pass"
+    assert direct["wake-up"]["status"] == "pass"
 
 
 def test_operator_commands_work_through_the_pooler(

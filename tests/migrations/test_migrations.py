@@ -181,3 +181,38 @@ def test_the_chain_writes_its_sql_offline(url: str, capsys: pytest.CaptureFixtur
     assert "CREATE TABLE outbox" in out
     if not url.startswith("mysql"):
         assert "ON outbox (sent_at) WHERE sent_at IS NOT NULL" in out
+
+
+def _wakeup_objects(url: str) -> tuple[list[str], bool]:
+    """The triggers on ``outbox`` (PostgreSQL's own internal ones left out) and whether the
+    0011 flag sequence exists."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            triggers = conn.execute(
+                sa.text(
+                    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'outbox'::regclass "
+                    "AND NOT tgisinternal ORDER BY tgname"
+                )
+            ).scalars()
+            flag = conn.execute(sa.text("SELECT to_regclass('relay_wakeup') IS NOT NULL"))
+            return list(triggers), bool(flag.scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_0014_drops_the_notify_trigger_and_its_flag_and_gives_them_back(
+    backend_pool: databases.BackendPool,
+) -> None:
+    """PostgreSQL: up to 0014 the NOTIFY trigger and its flag go (writers pay nothing for the
+    wake-up), only the keyed numbering's trigger stays; down to 0013 both come back as 0011
+    left them; up again and the schema is checked."""
+    with backend_pool.database("postgresql", migrated=False) as url:
+        migrate.upgrade(url, "0013")
+        assert _wakeup_objects(url) == (["relay_outbox_notify", "relay_outbox_seq"], True)
+        migrate.upgrade(url)
+        assert _wakeup_objects(url) == (["relay_outbox_seq"], False)
+        migrate.downgrade(url, "0013")
+        assert _wakeup_objects(url) == (["relay_outbox_notify", "relay_outbox_seq"], True)
+        migrate.upgrade(url)
+        migrate.check(url)

@@ -1,5 +1,5 @@
 """Pure policy: backoff table, retry decisions, the broker circuit breaker, claim sizes, the
-purge's pacing, the sweep of expired leases."""
+purge's pacing, the sweep of expired leases, the PostgreSQL wake-up's rule."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from relay.policy import (
     LeaseSweep,
     PurgePacing,
     RetryPolicy,
+    SequenceWatch,
     backoff_seconds,
 )
 from relay.records import Buried, ClaimedEvent, Rescheduled
@@ -186,3 +187,102 @@ def test_a_claim_sweeps_expired_leases_at_most_once_per_period(
     """Claims at these times (seconds) read the lane of expired leases when it is due."""
     sweep = LeaseSweep(every_seconds=1.0)
     assert [sweep.due(t) for t in looks] == expected
+
+
+#: Look for rows (after a move, or while a writer seen may be open), or rest.
+L, R = True, False
+#: The first looks of every case: a look for rows with a horizon, raised once, passed, rest.
+SETTLE = [(5, 10, 11, L), (5, 11, 12, L), (5, 12, 13, L), (5, 12, 13, R)]
+
+
+@pytest.mark.parametrize(
+    "looks",
+    [
+        pytest.param(SETTLE, id="idle: one look for rows at start, then rest"),
+        pytest.param(
+            [
+                *SETTLE,
+                (6, 12, 20, L),
+                (6, 15, 21, L),
+                (6, 15, 22, L),
+                (6, 21, 23, L),
+                (6, 21, 23, R),
+            ],
+            id="a writer: look at once and while it may be open; rest once xmin passed the horizon",
+        ),
+        pytest.param(
+            [
+                *SETTLE,
+                (6, 12, 20, L),
+                (6, 12, 21, L),
+                (6, 20, 22, L),
+                (6, 20, 22, L),
+                (6, 21, 23, L),
+                (6, 21, 23, R),
+            ],
+            id="the horizon is raised at the look after the move",
+        ),
+        pytest.param(
+            [
+                *SETTLE,
+                (6, 12, 20, L),
+                (7, 12, 21, L),
+                (8, 12, 22, L),
+                (8, 12, 23, L),
+                (8, 23, 24, L),
+                (8, 23, 24, R),
+            ],
+            id="writers keep coming: a look for rows at every look that saw the sequence move",
+        ),
+        pytest.param(
+            [
+                *SETTLE,
+                (6, 12, 20, L),
+                (6, 12, 21, L),
+                *[(6, 12, 0, L)] * 5,
+                (6, 25, 0, L),
+                (6, 25, 0, R),
+            ],
+            id="a long transaction holds xmin: the looks for rows go on while it lasts",
+        ),
+        pytest.param(
+            [*SETTLE, (2, 12, 20, L)], id="a sequence set back by an operator is a move too"
+        ),
+        pytest.param(
+            [
+                (None, 10, 11, L),
+                (None, 11, 12, L),
+                (None, 12, 13, L),
+                (None, 12, 13, R),
+                (1, 12, 14, L),
+            ],
+            id="a sequence never used yet, then its first id",
+        ),
+    ],
+)
+def test_the_wake_up_rule_looks_for_rows_until_the_writers_seen_have_ended(
+    looks: list[tuple[int | None, int, int, bool]],
+) -> None:
+    """Each look (``last_value``, ``xmin``, the transaction id the watcher would take next,
+    whether to look for rows): the rule's answers, holding a horizon whenever it asks."""
+    rule = SequenceWatch()
+    decisions = []
+    for value, xmin, xid, _ in looks:
+        decisions.append(rule.observe(value, xmin))
+        if rule.wants_horizon:
+            rule.hold(xid)
+    assert decisions == [expected for *_, expected in looks]
+
+
+def test_the_wake_up_rule_starts_afresh_after_a_reset() -> None:
+    """After a reconnect nothing seen before counts: the first look is a look for rows (rows
+    committed meanwhile) with a new horizon, whatever the sequence did meanwhile."""
+    rule = SequenceWatch()
+    for value, xmin, xid, _ in SETTLE:
+        rule.observe(value, xmin)
+        if rule.wants_horizon:
+            rule.hold(xid)
+    rule.reset()
+    assert rule.horizon is None
+    assert rule.observe(5, 13) is True
+    assert rule.wants_horizon

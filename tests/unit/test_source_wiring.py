@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from relay.celery.runtime import Runtime
+from relay.commands import doctor_pooler
 from relay.config import Settings
-from relay.dispatch import listener
+from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import ConfigError
 from relay.store.dispatch import DispatchStore
@@ -52,6 +53,11 @@ def test_the_in_memory_store_gives_each_row_an_event_id_and_its_source() -> None
 
 
 def test_a_listen_url_that_does_not_parse_is_refused_naming_its_variable() -> None:
-    """A malformed ``RELAY_LISTEN_URL`` is a ConfigError that names it, not a traceback."""
+    """A malformed ``RELAY_LISTEN_URL`` is a ConfigError that names it, not a traceback: in
+    the runner's wake-up and in the doctor's connection checks."""
+    bad = "postgresql://u@h:notaport/db"
+    settings = Settings(database_url="postgresql://u@h/db", listen_url=bad)
     with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
-        listener.Listener("postgresql://u@h:notaport/db", lambda: None, variable="RELAY_LISTEN_URL")
+        runner.wake_watcher(settings, lambda: None)
+    with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
+        doctor_pooler.conninfo(bad, variable="RELAY_LISTEN_URL")

@@ -61,7 +61,6 @@ NOT_STATEMENTS = {
 SQL_ELSEWHERE = {
     "relay/store/schema.py": "the tables' DDL (index predicates)",
     "relay/store/engine.py": "connection set-up (SQLite pragmas, BEGIN IMMEDIATE)",
-    "relay/dispatch/listener.py": "LISTEN and its lock on a raw psycopg connection",
     "relay/commands/doctor_pooler.py": "pg_backend_pid() on raw psycopg connections: the probe",
     "relay/commands/demo_run.py": "the demo application's own table",
 }

@@ -29,10 +29,6 @@ from relay.store.dialects.common import PROCESSING, cached
 from relay.store.dialects.operations import Operations
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 
-#: The channel the outbox trigger notifies (``relay.dispatch.listener.CHANNEL``).
-WAKEUP_CHANNEL = "relay_outbox"
-#: The wake-up flag (migration 0011): a sequence, 0 off, 1 on.
-_WAKEUP: ColumnElement[Any] = literal_column("'relay_wakeup'::regclass")
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 
@@ -223,25 +219,36 @@ class PostgresDialect(Dialect):
         )
         return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
 
-    def wakeup_on(self) -> Select[Any]:
-        """``setval('relay_wakeup', 1)``: writers notify from now on (not transactional)."""
-        return select(func.setval(_WAKEUP, 1))
+    def id_sequence(self) -> Select[Any]:
+        """The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.
 
-    def wakeup_off(self) -> Select[Any]:
-        """``setval('relay_wakeup', 0)``: writers stop notifying (not transactional)."""
-        return select(func.setval(_WAKEUP, 0))
+        NULL when the column has none (:mod:`relay.dispatch.watch` then polls)."""
+        return select(func.pg_get_serial_sequence(sa.literal(outbox.name), sa.literal("id")))
 
-    def wakeup_ring(self) -> Select[Any]:
-        """``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms)."""
-        return select(func.pg_notify(sa.literal(WAKEUP_CHANNEL), sa.literal("")))
+    def sequence_cache(self) -> TextClause:
+        """The ``CACHE`` of ``:sequence``: ids a session takes at a time (1 by default).
 
-    def xact_horizon(self) -> Select[Any]:
-        """The next transaction id: every transaction older than it began before this statement."""
-        return select(_xid(func.pg_snapshot_xmax(func.pg_current_snapshot())))
+        Above 1, an insert served from a session's cache moves nothing the wake-up sees."""
+        return sa.text(
+            "SELECT seqcache FROM pg_catalog.pg_sequence "
+            "WHERE seqrelid = CAST(:sequence AS regclass)"
+        )
 
-    def xacts_ended(self, horizon: int) -> Select[Any]:
-        """Whether every transaction older than ``horizon`` has ended (committed or not)."""
-        return select(_xid(func.pg_snapshot_xmin(func.pg_current_snapshot())) >= horizon)
+    def sequence_look(self) -> TextClause:
+        """One look of the wake-up: the id sequence's last value and the oldest running xact.
+
+        ``last_value`` is NULL until the sequence is first used; no table a writer touches is
+        read."""
+        return sa.text(
+            "SELECT pg_sequence_last_value(CAST(:sequence AS regclass)) AS value, "
+            "CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS xmin"
+        )
+
+    def new_xact_id(self) -> TextClause:
+        """A new transaction id, the wake-up's horizon: every transaction with one is older.
+
+        It costs the statement's own commit record, never flushed by itself."""
+        return sa.text("SELECT CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
 
 
 class PostgresOperations(Operations):

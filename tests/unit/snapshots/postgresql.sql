@@ -171,6 +171,9 @@ FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
+-- id_sequence: The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.
+SELECT pg_get_serial_sequence(%(param_1)s, %(param_2)s::VARCHAR) AS pg_get_serial_sequence_1;
+
 -- idle_in_transaction_timeout: ``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off).
 SHOW idle_in_transaction_session_timeout;
 
@@ -218,6 +221,9 @@ WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status
 
 -- matching: The rows an operator's filter selects (``relay.store.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- new_xact_id: A new transaction id, the wake-up's horizon: every transaction with one is older.
+SELECT CAST(CAST(pg_current_xact_id() AS text) AS bigint);
 
 -- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
 SELECT oldest.id
@@ -317,6 +323,12 @@ SELECT floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60
 FROM outbox
 WHERE outbox.sent_at >= now() + %(param_1)s * interval '1 second' GROUP BY floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC));
 
+-- sequence_cache: The ``CACHE`` of ``:sequence``: ids a session takes at a time (1 by default).
+SELECT seqcache FROM pg_catalog.pg_sequence WHERE seqrelid = CAST(%(sequence)s AS regclass);
+
+-- sequence_look: One look of the wake-up: the id sequence's last value and the oldest running xact.
+SELECT pg_sequence_last_value(CAST(%(sequence)s AS regclass)) AS value, CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS xmin;
+
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %(param_1)s::VARCHAR THEN %(param_2)s::INTEGER WHEN %(param_3)s::VARCHAR THEN %(param_4)s::INTEGER ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
 
@@ -353,18 +365,3 @@ SELECT outbox.event_type, count(*) AS count_1
 FROM outbox
 WHERE outbox.status IN ('pending', 'failed') AND outbox.last_error LIKE %(last_error_1)s::VARCHAR GROUP BY outbox.event_type
  LIMIT %(param_1)s::INTEGER;
-
--- wakeup_off: ``setval('relay_wakeup', 0)``: writers stop notifying (not transactional).
-SELECT setval('relay_wakeup'::regclass, %(setval_2)s::INTEGER) AS setval_1;
-
--- wakeup_on: ``setval('relay_wakeup', 1)``: writers notify from now on (not transactional).
-SELECT setval('relay_wakeup'::regclass, %(setval_2)s::INTEGER) AS setval_1;
-
--- wakeup_ring: ``pg_notify('relay_outbox', '')``: every listener wakes and looks (and re-arms).
-SELECT pg_notify(%(param_1)s::VARCHAR, %(param_2)s::VARCHAR) AS pg_notify_1;
-
--- xact_horizon: The next transaction id: every transaction older than it began before this statement.
-SELECT CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS TEXT) AS BIGINT) AS pg_snapshot_xmax_1;
-
--- xacts_ended: Whether every transaction older than ``horizon`` has ended (committed or not).
-SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT) >= %(param_1)s::BIGINT AS anon_1;

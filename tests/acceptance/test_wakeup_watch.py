@@ -1,6 +1,7 @@
-"""Every producer's events in flight within milliseconds: PostgreSQL's trigger NOTIFY wakes
-`relay dispatch --loop` and the Celery fleet's one listener (in beat) with a 30 s tick; on
-MariaDB the loop polls adaptively. Plain SQL, no relay code on the writer's side."""
+"""Every producer's events in flight within milliseconds: on PostgreSQL the watcher of the
+outbox id sequence wakes `relay dispatch --loop` and the Celery fleet (its one watcher in beat)
+with a 30 s tick, for commits that come right after their INSERT or long after it; on MariaDB
+the loop polls adaptively. Plain SQL, no relay code on the writer's side, nothing run for it."""
 
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ pytestmark = [pytest.mark.serial, pytest.mark.timeout(240)]
 TICK_SECONDS = 30
 
 
-def insert_plain_sql(engine: sa.Engine, *, commit: bool = True) -> tuple[int, float]:
-    """One row by plain SQL in its own transaction; its id and the time just before COMMIT."""
+def insert_plain_sql(
+    engine: sa.Engine, *, commit: bool = True, hold: float = 0.0
+) -> tuple[int, float]:
+    """One row by plain SQL in its own transaction, committed ``hold`` seconds after the
+    INSERT; its id and the time just before COMMIT."""
     with engine.connect() as conn:
         sql = "INSERT INTO outbox (event_type, payload) VALUES ('plain.sql', '{}')"
         event_id = conn.execute(sa.text(f"{sql} RETURNING id")).scalar_one()
+        time.sleep(hold)  # the rest of the writer's business transaction
         began = time.monotonic()
         if commit:
             conn.commit()
@@ -38,11 +43,14 @@ def insert_plain_sql(engine: sa.Engine, *, commit: bool = True) -> tuple[int, fl
     return event_id, began
 
 
-def latencies(engine: sa.Engine, arrivals: Arrivals, events: int, gap: float) -> list[float]:
-    """Commit ``events`` single-row inserts ``gap`` apart; each one's commit-to-arrival time."""
+def latencies(
+    engine: sa.Engine, arrivals: Arrivals, events: int, gap: float, hold: float = 0.0
+) -> list[float]:
+    """Commit ``events`` single-row inserts ``gap`` apart (each ``hold`` seconds after its
+    INSERT); each one's commit-to-arrival time."""
     out = []
     for _ in range(events):
-        event_id, began = insert_plain_sql(engine)
+        event_id, began = insert_plain_sql(engine, hold=hold)
         assert arrivals.wait_for([event_id], 10.0) == 0, f"event {event_id} never arrived"
         out.append(arrivals.at[event_id] - began)
         time.sleep(gap)  # pacing of the producer, not synchronization
@@ -61,24 +69,28 @@ def test_plain_sql_insert_wakes_dispatch_loop_within_100ms_with_a_30s_tick(
     pg_url: str, engine: sa.Engine, amqp_url: str, exchange_name: str, tmp_path: Path
 ) -> None:
     """`relay dispatch --loop` on PostgreSQL relays plain-SQL inserts within 100 ms of their
-    commit although it polls only every 30 s: the trigger's NOTIFY wakes it."""
+    commit although it polls only every 30 s: its watcher sees the id sequence move, and for a
+    writer that commits 300 ms after its INSERT (when the sequence moves no more) keeps
+    looking until that writer's transaction has ended."""
     fleet = Fleet(fleet_env(pg_url, amqp_url, exchange_name, tick_seconds=TICK_SECONDS), tmp_path)
     try:
         (worker,) = fleet.start(1)
-        wait_until(lambda: "listening on relay_outbox" in worker.log(), 30, "the listener")
+        wait_until(lambda: "relay wake-up watching" in worker.log(), 30, "the watcher")
         with Arrivals(amqp_url, exchange_name) as arrivals:
             warm = latencies(engine, arrivals, 1, 0.0)  # the first publish opens the channel
             measured = latencies(engine, arrivals, 10, 0.05)
+            held = latencies(engine, arrivals, 5, 0.05, hold=0.3)
         fleet.assert_alive()
     finally:
         codes = fleet.stop()
     assert set(codes.values()) == {0}, fleet.logs()
     assert warm[0] < 1.0
     assert max(measured) < 0.1, measured
+    assert max(held) < 0.1, held
 
 
 @pytest.mark.slow
-def test_dispatch_loop_listens_again_after_a_postgresql_restart(
+def test_dispatch_loop_watches_again_after_a_postgresql_restart(
     own_pg: PgServer,
     own_pg_url: str,
     own_engine: sa.Engine,
@@ -86,7 +98,7 @@ def test_dispatch_loop_listens_again_after_a_postgresql_restart(
     exchange_name: str,
     tmp_path: Path,
 ) -> None:
-    """PostgreSQL restarted under an idle `relay dispatch --loop` (30 s tick): the listener logs
+    """PostgreSQL restarted under an idle `relay dispatch --loop` (30 s tick): the watcher logs
     the loss, reconnects, and the next plain-SQL insert is relayed within 100 ms again. The
     server is the test's own, so the shared one keeps serving everyone else."""
     engine = own_engine
@@ -94,7 +106,7 @@ def test_dispatch_loop_listens_again_after_a_postgresql_restart(
     fleet = Fleet(env, tmp_path)
     try:
         (worker,) = fleet.start(1)
-        wait_until(lambda: "listening on relay_outbox" in worker.log(), 30, "the listener")
+        wait_until(lambda: "relay wake-up watching" in worker.log(), 30, "the watcher")
         try:
             own_pg.stop()
             time.sleep(1.0)  # the outage lasts this long (not synchronisation)
@@ -102,7 +114,9 @@ def test_dispatch_loop_listens_again_after_a_postgresql_restart(
             own_pg.start()
         engine.dispose()
         wait_until(lambda: accepts_connections(engine), 60, "PostgreSQL to come back")
-        wait_until(lambda: "relay_outbox again" in worker.log(), 30, "the listener to reconnect")
+        wait_until(
+            lambda: "reached the database again" in worker.log(), 30, "the watcher to reconnect"
+        )
         with Arrivals(amqp_url, exchange_name) as arrivals:
             latencies(engine, arrivals, 1, 0.0)
             measured = latencies(engine, arrivals, 5, 0.05)
@@ -111,15 +125,15 @@ def test_dispatch_loop_listens_again_after_a_postgresql_restart(
     finally:
         codes = fleet.stop()
     assert set(codes.values()) == {0}, fleet.logs()
-    assert "relay listener lost its connection" in log
+    assert "relay wake-up lost the database" in log
     assert max(measured) < 0.1, measured
 
 
 def test_notify_off_on_postgresql_polls_adaptively(
     pg_url: str, engine: sa.Engine, amqp_url: str, exchange_name: str, tmp_path: Path
 ) -> None:
-    """RELAY_NOTIFY=0 (a pooler in transaction mode): `relay dispatch --loop` does not LISTEN
-    and polls instead, floor to tick, so a steady producer's events still take under 300 ms."""
+    """RELAY_NOTIFY=0: `relay dispatch --loop` does not watch the sequence and polls instead,
+    floor to tick, so a steady producer's events still take under 300 ms."""
     env = fleet_env(pg_url, amqp_url, exchange_name, tick_seconds=1, notify=0)
     fleet = Fleet(env, tmp_path)
     try:
@@ -133,7 +147,7 @@ def test_notify_off_on_postgresql_polls_adaptively(
     finally:
         codes = fleet.stop()
     assert set(codes.values()) == {0}, fleet.logs()
-    assert "listening on relay_outbox" not in log
+    assert "relay wake-up watching" not in log
     assert_polled(measured)
 
 
@@ -146,9 +160,9 @@ def mysql_url(backend_pool: BackendPool) -> Iterator[str]:
 def test_dispatch_loop_polls_mariadb_adaptively_under_300ms(
     mysql_url: str, amqp_url: str, exchange_name: str, tmp_path: Path
 ) -> None:
-    """MariaDB has no NOTIFY: the loop looks again `RELAY_POLL_FLOOR_SECONDS` after moving rows,
-    backing off to the tick when idle, so a steady producer's events take under 300 ms; idle,
-    it claims about once a tick."""
+    """MariaDB has no watched sequence: the loop looks again `RELAY_POLL_FLOOR_SECONDS` after
+    moving rows, backing off to the tick when idle, so a steady producer's events take under
+    300 ms; idle, it claims about once a tick."""
     engine = sa.create_engine(mysql_url)
     env = fleet_env(mysql_url, amqp_url, exchange_name, tick_seconds=1)
     fleet = Fleet(env, tmp_path)
@@ -170,7 +184,7 @@ def _received(proc: celery_fleet.Proc) -> int:
     return len(re.findall(r"relay\.claim_and_dispatch\[[^\]]+\] received", proc.log()))
 
 
-def test_celery_fleet_is_woken_by_one_listener_in_beat(
+def test_celery_fleet_is_woken_by_one_watcher_in_beat(
     pg_url: str, engine: sa.Engine, amqp_url: str, exchange_name: str, tmp_path: Path
 ) -> None:
     """Beat + 2 workers, 30 s tick: a plain-SQL insert is relayed within 100 ms; a rolled-back
@@ -186,7 +200,7 @@ def test_celery_fleet_is_woken_by_one_listener_in_beat(
     with celery_fleet.fleet(env, tmp_path) as f:
         workers = [f.worker("w1"), f.worker("w2")]
         beat = f.beat()
-        beat.wait_for_log("listening on relay_outbox")
+        beat.wait_for_log("relay wake-up watching")
         with Arrivals(amqp_url, exchange_name) as arrivals:
             latencies(engine, arrivals, 4, 0.05)  # each worker opens its broker connection
             measured = latencies(engine, arrivals, 10, 0.05)
