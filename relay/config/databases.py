@@ -39,7 +39,7 @@ def several(settings: Settings) -> bool:
 def for_database(settings: Settings, database: Database, *, alone: bool = False) -> Settings:
     """``settings`` for one database: its URL, its own CloudEvents source (``RELAY_SOURCE``
     plus ``/<name>`` when several databases share the setting; derived from the URL when
-    unset), and the defaults that derive from the URL (the tick, NOTIFY) derived again."""
+    unset), and the defaults that derive from the URL (the tick, the wake-up) derived again."""
     kept: Mapping[str, Any] = {
         n: getattr(settings, n)
         for n in settings.explicit or _differing(settings)
