@@ -12,8 +12,9 @@ here both sides are outboxes, each relayed:
   trigger), so the two relays are alike;
 - K writers commit single-row plain-SQL INSERTs into one database's outbox for ``seconds``.
   In ``idle`` both outboxes are emptied before every run and the relays rest, then the relay
-  of the side written to relays what the writers commit; in ``draining`` both outboxes hold a backlog of at least :data:`LOW` pending rows
-  that both relays drain throughout, the writers' rows queued behind it.
+  of the side written to relays what the writers commit; in ``draining`` both outboxes hold a
+  backlog of at least :data:`LOW` pending rows that both relays drain throughout, the writers'
+  rows queued behind it.
 
 Either way the relays do the same work whichever side the writers write to, so ``outbox /
 untriggered`` is what the outbox's triggers cost a writer. Sides take turns, their order
