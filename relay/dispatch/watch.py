@@ -94,7 +94,7 @@ class SequenceWatcher:
     def run(self) -> None:
         """Look every floor until :meth:`stop`, reconnecting with backoff."""
         backoff = Backoff(timing.WATCH_RETRY_FIRST_SECONDS, timing.WATCH_RETRY_MAX_SECONDS)
-        wait, lost = 0.0, False
+        wait, troubled = 0.0, False
         while not self._stop.wait(wait):
             try:
                 self.step()
@@ -105,18 +105,25 @@ class SequenceWatcher:
                     self._give_up(str(exc))
                     return
                 wait = backoff.next()
-                if not lost:
+                if not troubled:
                     log.warning(
                         "relay wake-up lost the database (%s), looking again in %.1fs: %s",
                         self._where,
                         wait,
                         exc,
                     )
-                lost = True
+                troubled = True
                 continue
-            if lost:
+            except Exception:  # a bug, or an on_wake that raised: log once, keep watching
+                self.rule.reset()
+                wait = backoff.next()
+                if not troubled:
+                    log.exception("relay wake-up failed a look; looking again in %.1fs", wait)
+                troubled = True
+                continue
+            if troubled:
                 log.warning("relay wake-up reached the database again; looking for rows")
-            lost, wait = False, self.floor
+            troubled, wait = False, self.floor
             backoff.reset()
 
     def step(self) -> bool:

@@ -155,3 +155,35 @@ def test_status_watch_draws_a_live_table(env: dict[str, str], engine: sa.Engine)
     assert out.returncode == 0, out.stderr
     for text in ("pending", "sent / s", "oldest pending", "expired leases"):
         assert text in out.stdout
+
+
+def test_the_wake_up_check_names_a_missing_grant_and_a_sequence_cache(
+    pg_url: str, amqp_url: str
+) -> None:
+    """PostgreSQL: the wake-up check passes on a migrated database; it warns, naming the GRANT,
+    when the relay's role may not read outbox_id_seq, and naming ALTER SEQUENCE when sessions
+    cache ids (an insert served from a cache moves nothing the watcher sees)."""
+    env = {"RELAY_DATABASE_URL": pg_url, "RELAY_BROKER_URL": amqp_url}
+    _, checks = doctor(env)
+    assert checks["wake-up"]["status"] == "pass", checks["wake-up"]
+    admin = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    role = f"relay_doc_{os.getpid()}"
+    try:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"CREATE ROLE {role} LOGIN"))
+            # Every table the doctor reads, and nothing on the sequence.
+            conn.execute(sa.text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+            conn.execute(sa.text("ALTER SEQUENCE outbox_id_seq CACHE 20"))
+        _, checks = doctor(env)
+        assert checks["wake-up"]["status"] == "warn"
+        assert checks["wake-up"]["fix"] == "ALTER SEQUENCE public.outbox_id_seq CACHE 1"
+        as_role = sa.make_url(pg_url).set(username=role).render_as_string(False)
+        _, checks = doctor(env | {"RELAY_DATABASE_URL": as_role})
+        assert checks["wake-up"]["status"] == "warn"
+        assert "GRANT SELECT ON SEQUENCE public.outbox_id_seq" in checks["wake-up"]["fix"]
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text("ALTER SEQUENCE outbox_id_seq CACHE 1"))
+            conn.execute(sa.text(f"DROP OWNED BY {role}"))
+            conn.execute(sa.text(f"DROP ROLE {role}"))
+        admin.dispose()

@@ -242,3 +242,31 @@ def test_poller_stops_with_an_error_when_its_look_cannot_succeed(
     assert poller.looks == 1
     assert not found.is_set()
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
+
+
+def test_a_wake_up_that_raises_is_logged_once_and_the_watcher_goes_on(
+    pg_url: str, pg_engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ``on_wake`` that raises (a bug in a caller) is logged once, not at every look, and
+    does not end the watcher: the next commit still reaches ``on_wake``."""
+    calls: list[float] = []
+
+    def on_wake() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("a caller's bug")
+
+    watching = SequenceWatcher(Store.from_url(pg_url, pool_size=2), on_wake, FLOOR)
+    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watch"):
+        watching.start()
+        try:
+            wait_until(lambda: watching.looks >= 3, 10, "the first looks")
+            _commit_one(pg_engine)
+            wait_until(lambda: len(calls) == 1, 10, "the first wake-up")
+            _commit_one(pg_engine)
+            wait_until(lambda: len(calls) >= 2, 10, "a wake-up after the failed one")
+        finally:
+            watching.stop()
+    failures = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(failures) == 1
+    assert "failed a look" in failures[0].getMessage()
