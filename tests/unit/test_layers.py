@@ -55,7 +55,7 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.consume.inbox", {"kombu", "celery", "amqp"}),
         ("relay.consume.consumer", {"celery", "prometheus_client", "opentelemetry"}),
         ("relay.consume.deadletters", {"sqlalchemy", "celery"}),
-        ("relay.dispatch.watch", {"kombu", "celery", "amqp", "redis", "psycopg"}),
+        ("relay.dispatch.watch", {"kombu", "celery", "amqp", "redis"}),
         ("relay.console", {"kombu", "celery", "amqp", "redis", "prometheus_client"}),
         (
             "relay.dispatch.runner",
