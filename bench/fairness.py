@@ -3,7 +3,7 @@ quiet database's events while another database of the same fleet drains a large 
 against the quiet database alone, same relay processes, same run.
 
 One ``relay dispatch --loop`` process (a relay thread per database, ``RELAY_DATABASES``) over
-two PostgreSQL databases, ``busy`` and ``quiet``, at the defaults (NOTIFY on). A producer
+two PostgreSQL databases, ``busy`` and ``quiet``, at the defaults (the wake-up on). A producer
 commits one ``quiet.tick`` row every ``1/rate`` s into ``quiet``, noting ``time.monotonic()``
 just before each COMMIT; a consumer bound to ``quiet.#`` notes each arrival on the same clock.
 Phase "alone": ``busy`` is empty. Phase "beside a backlog": ``backlog`` rows are committed into

@@ -10,7 +10,7 @@ a quiet interval, as a share of one core.
 
 Three sections use it:
 
-- ``wakeup``: default settings (tick 1 s with NOTIFY, 0.4 s where the relay polls) on PostgreSQL,
+- ``wakeup``: default settings (tick 1 s with the wake-up, 0.4 s where the relay polls) on PostgreSQL,
   PostgreSQL with ``RELAY_NOTIFY=0`` and MariaDB, each with 2 x ``relay dispatch --loop`` and
   with beat + 2 Celery workers; no after-commit wake-up (the trigger or the poll finds rows).
 - ``latency_polling``: one ``relay dispatch --loop`` on PostgreSQL that only polls, every tick
@@ -79,7 +79,7 @@ DEFAULTS = [
 
 
 def _polling_only(tick: float) -> tuple[tuple[str, str], ...]:
-    """Settings under which the relay only looks every ``tick``: no NOTIFY, no adaptive poll."""
+    """Settings under which the relay only looks every ``tick``: no wake-up, no adaptive poll."""
     t = f"{tick:g}"
     return (("RELAY_NOTIFY", "0"), ("RELAY_TICK_SECONDS", t), ("RELAY_POLL_FLOOR_SECONDS", t))
 

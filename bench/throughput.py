@@ -17,7 +17,7 @@ from bench.timing import Workload, drain_once, grid, measure, relay_env
 from relay.store.dialects.postgresql import PostgresDialect
 from relay.store.engine import create_engine
 
-#: The Celery fleet's settings: batch size and tick (beat's safety net beside its listener).
+#: The Celery fleet's settings: batch size and tick (beat's safety net beside its watcher).
 FLEET_BATCH = 100
 FLEET_TICK_SECONDS = 0.5
 #: The index the unordered claim reads its pending rows from (migration 0009; before it,
