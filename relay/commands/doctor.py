@@ -59,20 +59,40 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
     yield schema
     if schema.status == FAIL:
         return
-    yield _indexes(engine)
-    if engine.dialect.name == "postgresql":
-        from relay.commands import doctor_pooler
-
-        yield _idle_timeout(engine)
-        yield _autovacuum(engine)
-        yield doctor_pooler.pooler(settings)
-        yield doctor_pooler.wakeup(settings)
-    yield _clock(engine)
-    yield _tick(settings)
+    from relay.commands import doctor_pooler
     from relay.commands.doctor_retention import retention
 
-    yield retention(settings)
-    yield _unroutable(engine)
+    steps: list[tuple[str, Callable[[], Check]]] = [("indexes", lambda: _indexes(engine))]
+    if engine.dialect.name == "postgresql":
+        steps += [
+            ("idle_in_transaction_session_timeout", lambda: _idle_timeout(engine)),
+            ("autovacuum", lambda: _autovacuum(engine)),
+            ("transaction pooler", lambda: doctor_pooler.pooler(settings)),
+            ("wake-up", lambda: doctor_pooler.wakeup(settings)),
+        ]
+    steps += [
+        ("clock skew", lambda: _clock(engine)),
+        ("tick", lambda: _tick(settings)),
+        ("retention", lambda: retention(settings)),
+        ("routing", lambda: _unroutable(engine)),
+    ]
+    for name, check in steps:
+        yield _guarded(name, check)
+
+
+def _guarded(name: str, check: Callable[[], Check]) -> Check:
+    """``check``, or a failed check naming the database error that stopped it (a role without
+    a grant the relay needs, most often), so that the other checks still run."""
+    try:
+        return check()
+    except (StoreError, sa.exc.SQLAlchemyError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Check(
+            name,
+            FAIL,
+            f"could not check: {detail}",
+            "grant the relay's role what docs/postgresql.md lists, or check the database",
+        )
 
 
 def _schema(engine: sa.Engine) -> Check:

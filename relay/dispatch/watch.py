@@ -22,6 +22,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
+from typing import Self
 
 import sqlalchemy as sa
 
@@ -68,7 +69,31 @@ def supports(database_url: str) -> bool:
     return sa.make_url(normalize_url(database_url)).get_backend_name() == "postgresql"
 
 
-class SequenceWatcher:
+class _Background:
+    """A daemon thread running :meth:`run` until :meth:`stop`."""
+
+    thread_name = "relay-watch"
+
+    def __init__(self) -> None:
+        self._stop = _Stop()
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self.run, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to end and wait for it (it ends within one look)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class SequenceWatcher(_Background):
     """Looks at the outbox id sequence every ``floor`` seconds in a daemon thread and calls
     ``on_wake`` when a writer it saw may have committed and rows are claimable (a rolled-back
     insert wakes nothing); ``on_wake`` must be quick and must not raise.
@@ -88,6 +113,7 @@ class SequenceWatcher:
         *,
         on_unwatchable: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__()
         self.store, self.on_wake, self.floor = store, on_wake, floor
         self.on_unwatchable = on_unwatchable
         self.reader = SequenceReader(store)
@@ -102,19 +128,9 @@ class SequenceWatcher:
         #: The sequence watched (schema-qualified), once resolved.
         self.sequence: str | None = None
         self._where = redact(store.engine.url.render_as_string(hide_password=True))
-        self._stop = _Stop()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> SequenceWatcher:
-        self._thread = threading.Thread(target=self.run, name="relay-watch", daemon=True)
-        self._thread.start()
-        return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Ask the thread to end and wait for it (it ends within one look)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        super().stop(timeout)
         self.reader.close()
         self.store.dispose()
 
@@ -192,7 +208,7 @@ class SequenceWatcher:
             self.on_unwatchable()
 
 
-class Poller:
+class Poller(_Background):
     """Where nothing is watched (MySQL, MariaDB, SQLite, or ``RELAY_NOTIFY=0``): looks for
     claimable rows in a daemon thread and calls ``on_found`` when there are some.
 
@@ -204,9 +220,12 @@ class Poller:
     instead of the same warning every ceiling for ever.
     """
 
+    thread_name = "relay-poll"
+
     def __init__(
         self, store: Store, on_found: Callable[[], None], floor: float, ceiling: float
     ) -> None:
+        super().__init__()
         self.store, self.on_found = store, on_found
         # The floor for about one ceiling after rows were seen: workers draining them make
         # the looks meanwhile come back empty, which says nothing about new rows.
@@ -215,18 +234,6 @@ class Poller:
         self.looks = self.found = 0
         #: The non-retryable error that stopped the poller, if one did.
         self.error: StoreError | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Poller:
-        self._thread = threading.Thread(target=self.run, name="relay-poll", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def run(self) -> None:
         while not self._stop.wait(self.poll.next()):

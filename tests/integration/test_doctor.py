@@ -187,3 +187,28 @@ def test_the_wake_up_check_names_a_missing_grant_and_a_sequence_cache(
             conn.execute(sa.text(f"DROP OWNED BY {role}"))
             conn.execute(sa.text(f"DROP ROLE {role}"))
         admin.dispose()
+
+
+def test_a_check_the_role_may_not_run_fails_alone_and_the_others_still_run(
+    pg_url: str, amqp_url: str
+) -> None:
+    """A role that may read the outbox but not ``relay_heartbeats``: the tick check fails
+    naming the permission, the checks after it still report, and the doctor exits non-zero
+    instead of stopping at the first database error."""
+    admin = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    role = f"relay_doc2_{os.getpid()}"
+    try:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"CREATE ROLE {role} LOGIN"))
+            conn.execute(sa.text(f"GRANT SELECT ON outbox, relay_alembic_version TO {role}"))
+        as_role = sa.make_url(pg_url).set(username=role).render_as_string(False)
+        code, checks = doctor({"RELAY_DATABASE_URL": as_role, "RELAY_BROKER_URL": amqp_url})
+        assert code == 1
+        assert checks["tick"]["status"] == "fail"
+        assert "permission denied" in checks["tick"]["detail"]
+        assert {"routing", "broker"} <= set(checks)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP OWNED BY {role}"))
+            conn.execute(sa.text(f"DROP ROLE {role}"))
+        admin.dispose()
