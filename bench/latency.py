@@ -10,9 +10,10 @@ a quiet interval, as a share of one core.
 
 Three sections use it:
 
-- ``wakeup``: default settings (tick 1 s with the wake-up, 0.4 s where the relay polls) on PostgreSQL,
-  PostgreSQL with ``RELAY_NOTIFY=0`` and MariaDB, each with 2 x ``relay dispatch --loop`` and
-  with beat + 2 Celery workers; no after-commit wake-up (the trigger or the poll finds rows).
+- ``wakeup``: default settings (tick 1 s with the wake-up, 0.4 s where the relay polls) on
+  PostgreSQL, PostgreSQL with ``RELAY_NOTIFY=0`` and MariaDB, each with 2 x ``relay dispatch
+  --loop`` and with beat + 2 Celery workers; no after-commit wake-up (the watcher or the poll
+  finds rows).
 - ``latency_polling``: one ``relay dispatch --loop`` on PostgreSQL that only polls, every tick
   (``RELAY_NOTIFY=0``, ``RELAY_POLL_FLOOR_SECONDS`` = ``RELAY_TICK_SECONDS``).
 - ``latency_wakeup``: the Celery fleet polling every 5 s only, with and without the after-commit
