@@ -64,13 +64,14 @@ def retention(data: dict[str, Any], table: Table) -> str:
         "rows / MiB at most",
         "backlog purged after",
     )
-    return table(header, rows) + _provenance(data)
+    return table(header, rows).rstrip("\n") + "\n" + _provenance(data)
 
 
 def _provenance(data: dict[str, Any]) -> str:
     """A database's rows that came from another run than the section's (``data["runs"]``)."""
-    lines = [
-        f"\n{kind}'s rows: run {r['finished_at']} at commit `{r['commit']}`, with `{r['command']}`."
+    # A paragraph of its own: a line right under a table would be read as one more row.
+    return "".join(
+        f"\n{kind}'s rows: run {r['finished_at']} at commit `{r['commit']}`, "
+        f"with `{r['command']}`.\n"
         for kind, r in sorted(data.get("runs", {}).items())
-    ]
-    return "\n".join(lines) + ("\n" if lines else "")
+    )

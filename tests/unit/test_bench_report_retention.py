@@ -37,7 +37,7 @@ def test_rows_from_another_run_name_that_run() -> None:
     text = retention(data, _table)
     assert "mariadb | sustained, purger on | 3,000 | 2,990 | 150 ms" in text
     assert (
-        "mariadb's rows: run 2026-12-04T06:45:16+00:00 at commit `a1e1d13`, "
+        "\n\nmariadb's rows: run 2026-12-04T06:45:16+00:00 at commit `a1e1d13`, "
         "with `python -m bench --only retention`." in text
     )
     assert "postgresql's rows" not in text
