@@ -68,10 +68,14 @@ def retention(data: dict[str, Any], table: Table) -> str:
 
 
 def _provenance(data: dict[str, Any]) -> str:
-    """A database's rows that came from another run than the section's (``data["runs"]``)."""
+    """Rows that came from another run than the section's (``data["runs"]``): keyed by a
+    database kind (all its rows) or ``kind/run`` (that row alone, ``run`` a name of RUNS)."""
+    labels = dict(RUNS)
+    lines = []
+    for key, r in sorted(data.get("runs", {}).items()):
+        kind, _, name = key.partition("/")
+        what = f'{kind}\'s row "{labels[name]}"' if name else f"{kind}'s rows"
+        where = f"at commit `{r['commit']}`, with `{r['command']}`"
+        lines.append(f"{what}: run {r['finished_at']} {where}.")
     # A paragraph of its own: a line right under a table would be read as one more row.
-    return "".join(
-        f"\n{kind}'s rows: run {r['finished_at']} at commit `{r['commit']}`, "
-        f"with `{r['command']}`.\n"
-        for kind, r in sorted(data.get("runs", {}).items())
-    )
+    return "".join(f"\n{line}\n" for line in lines)

@@ -47,3 +47,20 @@ def test_one_run_adds_no_provenance_line() -> None:
     text = retention({"postgresql": {"with_purges": RUN}}, _table)
     assert "'s rows: run" not in text
     assert text.count("\n") == 2
+
+
+def test_one_row_from_another_run_names_that_row() -> None:
+    data = {
+        "mariadb": {"with_purges": RUN, "catchup": RUN},
+        "runs": {
+            "mariadb/catchup": {
+                "finished_at": "2026-12-04T06:45:16+00:00",
+                "commit": "a1e1d13",
+                "command": "python -m bench --only retention",
+            }
+        },
+    }
+    text = retention(data, _table)
+    row = 'mariadb\'s row "catch-up from the backlog, purger on"'
+    assert f"\n\n{row}: run 2026-12-04T06:45:16" in text
+    assert "mariadb's rows" not in text
