@@ -234,12 +234,15 @@ class PurgePacing:
     index locks waits at most that long), and the purger rests between batches so that it
     works ``duty`` of its time, leaving the rest of the database to the relay and producers.
 
-    At the defaults a purger deletes up to ``max_batch / target_seconds * duty`` rows a second
-    (50,000: several times the relay's own rate on 2 cores), so it catches up with a backlog
-    instead of carrying it from one run to the next. Batches never shrink below ``min_batch``:
-    on a loaded machine a batch is slow whatever its size, and smaller ones would only slow the
-    purge down (deleting sent rows takes no lock a claim or a producer waits for on PostgreSQL;
-    on MariaDB their gap locks cover only the oldest sent rows)."""
+    A purger deletes ``duty`` times the rate at which its batches run: at least
+    ``max_batch / target_seconds * duty`` rows a second (50,000 at the defaults) whenever a
+    batch of ``max_batch`` rows takes under ``target_seconds``, more when batches are quicker
+    (80,000 measured on PostgreSQL, docs/benchmarks.md), several times the relay's own rate on
+    2 cores: it catches up with a backlog instead of carrying it from one run to the next.
+    Batches never shrink below ``min_batch``: on a loaded machine a batch is slow whatever its
+    size, and smaller ones would only slow the purge down (deleting sent rows takes no lock a
+    claim or a producer waits for on PostgreSQL; on MariaDB their gap locks cover only the
+    oldest sent rows)."""
 
     target_seconds: float = 0.1
     duty: float = 0.5
