@@ -71,11 +71,18 @@ def _provenance(data: dict[str, Any]) -> str:
     """Rows that came from another run than the section's (``data["runs"]``): keyed by a
     database kind (all its rows) or ``kind/run`` (that row alone, ``run`` a name of RUNS)."""
     labels = dict(RUNS)
+    runs = data.get("runs", {})
+    singled = {key.partition("/")[0] for key in runs if "/" in key}
     lines = []
-    for key, r in sorted(data.get("runs", {}).items()):
+    for key, r in sorted(runs.items()):
         kind, _, name = key.partition("/")
-        what = f'{kind}\'s row "{labels[name]}"' if name else f"{kind}'s rows"
+        if name:
+            what = f'{kind}\'s row "{labels[name]}"'
+            # Its "vs without" divides by the run without purges of its own run, not the table's.
+            aside = " (its ratios: against that run's own run without purges)"
+        else:
+            what, aside = (f"{kind}'s other rows" if kind in singled else f"{kind}'s rows"), ""
         where = f"at commit `{r['commit']}`, with `{r['command']}`"
-        lines.append(f"{what}: run {r['finished_at']} {where}.")
+        lines.append(f"{what}: run {r['finished_at']} {where}{aside}.")
     # A paragraph of its own: a line right under a table would be read as one more row.
     return "".join(f"\n{line}\n" for line in lines)

@@ -63,4 +63,18 @@ def test_one_row_from_another_run_names_that_row() -> None:
     text = retention(data, _table)
     row = 'mariadb\'s row "catch-up from the backlog, purger on"'
     assert f"\n\n{row}: run 2026-12-04T06:45:16" in text
+    assert "against that run's own run without purges)." in text
     assert "mariadb's rows" not in text
+
+
+def test_a_kind_with_one_row_from_elsewhere_names_its_other_rows() -> None:
+    older = {"finished_at": "2026-12-04T06:45:16+00:00", "commit": "a1e1d13", "command": "a"}
+    newer = {"finished_at": "2026-12-05T17:34:26+00:00", "commit": "4d53268", "command": "b"}
+    data = {
+        "mariadb": {"with_purges": RUN, "catchup": RUN},
+        "runs": {"mariadb": newer, "mariadb/catchup": older},
+    }
+    text = retention(data, _table)
+    assert "\n\nmariadb's other rows: run 2026-12-05T17:34:26+00:00 at commit `4d53268`" in text
+    assert 'mariadb\'s row "catch-up from the backlog, purger on": run 2026-12-04' in text
+    assert "mariadb's rows:" not in text
