@@ -239,6 +239,16 @@ class Cycle:
                 outcome.buried.append(decision)
             else:
                 outcome.rescheduled.append(decision)
+        if result.rejected:
+            # Only the counters and each row's last_error said so: a relay that sent nothing
+            # because no queue was bound logged no reason at all.
+            reasons = sorted({error for _, error in result.rejected})
+            log.warning(
+                "broker refused %d events (retried later, or failed after the last attempt): %s%s",
+                len(result.rejected),
+                reasons[0],
+                f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else "",
+            )
         if result.unavailable:
             outcome.error = str(result.error or BrokerUnavailable())
             outcome.delay = self.breaker.record_failure(self.clock())

@@ -77,6 +77,29 @@ def test_failing_row_backs_off_then_dead_letters_while_others_flow(
         collector.close()
 
 
+def test_events_the_broker_refuses_are_logged_with_the_reason(
+    store: Store,
+    engine: sa.Engine,
+    settings: Settings,
+    amqp_url: str,
+    exchange_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No queue bound: the run says why nothing was sent, not only a count of reschedules."""
+    publisher = for_url(amqp_url, exchange_name)
+    dispatcher = Dispatcher(store, publisher, settings)
+    try:
+        enqueue_many(engine, 3, "nobody.listens")
+        with caplog.at_level("WARNING", logger="relay"):
+            dispatcher.run_once()
+    finally:
+        publisher.close()
+    (line,) = [r.getMessage() for r in caplog.records if "broker refused" in r.getMessage()]
+    assert line.startswith("broker refused 3 events")
+    assert f"no queue bound to routing key 'nobody.listens' on exchange '{exchange_name}'" in line
+    assert count_by_status(engine) == {"pending": 3}
+
+
 class _SlowPublisher(InMemoryPublisher):
     """Publishes like the double, but takes ``seconds`` per batch, while a rival tries to claim."""
 
