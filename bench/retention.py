@@ -53,6 +53,8 @@ PERIOD = 0.05
 #: what the sustained run holds).
 CATCHUP_MARGIN_SECONDS = 60.0
 KINDS = {"postgresql": "postgresql", "mariadb": "mariadb"}
+#: What the bench runs: ``sustained`` (with purges and without) and ``catchup`` (from a backlog).
+SCENARIOS = ("sustained", "catchup")
 #: The benchmark's own PostgreSQL: the server's defaults (autovacuum on), durable commits.
 OWN_POSTGRES_SETTINGS: dict[str, str] = {}
 #: PostgreSQL's view of the outbox's dead row versions and vacuums, sampled beside its size.
@@ -356,8 +358,9 @@ def run(
     kinds: Sequence[str] = ("postgresql", "mariadb"),
     sample_seconds: float = 5.0,
     own_postgres: bool = True,
+    scenarios: Sequence[str] = SCENARIOS,
 ) -> dict[str, Any]:
-    """Both scenarios on each database kind (see the module doc)."""
+    """The scenarios (both unless told) on each database kind (see the module doc)."""
     seconds = minutes * 60
     baseline = (minutes if baseline_minutes is None else baseline_minutes) * 60
     out: dict[str, Any] = {
@@ -378,6 +381,8 @@ def run(
         for i, kind in enumerate(kinds):
             res: dict[str, Any] = {}
             order = [True, False] if i % 2 == 0 else [False, True]
+            if "sustained" not in scenarios:
+                order = []  # the catch-up alone: its "vs without" is left to the report's reader
             for purging in order:
                 with _fresh(kind, admin.get(kind)) as url:
                     if kind == "postgresql":
@@ -393,25 +398,27 @@ def run(
                         interval=interval if purging else None,
                         sample_seconds=sample_seconds,
                     )
-            with _fresh(kind, admin.get(kind)) as url:
-                prefill = _prefill(url, kind, backlog)
-                res["catchup"] = _run(
-                    url,
-                    kind,
-                    route,
-                    rate=rate,
-                    seconds=seconds,
-                    processes=processes,
-                    interval=interval,
-                    sample_seconds=sample_seconds,
-                    until_caught_up=True,
-                )
-                res["catchup"]["prefill_s"] = prefill
-            base = res["without_purges"]
+            if "catchup" in scenarios:
+                with _fresh(kind, admin.get(kind)) as url:
+                    prefill = _prefill(url, kind, backlog)
+                    res["catchup"] = _run(
+                        url,
+                        kind,
+                        route,
+                        rate=rate,
+                        seconds=seconds,
+                        processes=processes,
+                        interval=interval,
+                        sample_seconds=sample_seconds,
+                        until_caught_up=True,
+                    )
+                    res["catchup"]["prefill_s"] = prefill
+            base = res.get("without_purges")
             for name in ("with_purges", "catchup"):
-                r = res[name]
-                r["rate_vs_without"] = _ratio(r["rate"], base["rate"])
-                r["p99_vs_without"] = _ratio(r["p99_ms"], base["p99_ms"])
+                if base and name in res:
+                    r = res[name]
+                    r["rate_vs_without"] = _ratio(r["rate"], base["rate"])
+                    r["p99_vs_without"] = _ratio(r["p99_ms"], base["p99_ms"])
             out[kind] = res
     return out
 
@@ -435,6 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="own",
         help="a throw-away server with PostgreSQL's defaults (own), or BENCH_POSTGRES_URL's",
     )
+    p.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=list(SCENARIOS),
+        choices=list(SCENARIOS),
+        help="sustained (with and without purges) and/or catchup",
+    )
     ns = p.parse_args(argv)
     result = run(
         services.AMQP_URL,
@@ -446,6 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval=ns.interval,
         kinds=ns.kinds,
         own_postgres=ns.postgres == "own",
+        scenarios=ns.scenarios,
     )
     print(json.dumps(result, indent=2, default=str))
     return 0
