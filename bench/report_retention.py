@@ -78,11 +78,9 @@ def _provenance(data: dict[str, Any]) -> str:
         kind, _, name = key.partition("/")
         if name:
             what = f'{kind}\'s row "{labels[name]}"'
-            # Its "vs without" divides by the run without purges of its own run, not the table's.
-            aside = " (its ratios: against that run's own run without purges)"
         else:
-            what, aside = (f"{kind}'s other rows" if kind in singled else f"{kind}'s rows"), ""
+            what = f"{kind}'s other rows" if kind in singled else f"{kind}'s rows"
         where = f"at commit `{r['commit']}`, with `{r['command']}`"
-        lines.append(f"{what}: run {r['finished_at']} {where}{aside}.")
+        lines.append(f"{what}: run {r['finished_at']} {where}.")
     # A paragraph of its own: a line right under a table would be read as one more row.
     return "".join(f"\n{line}\n" for line in lines)
