@@ -382,7 +382,7 @@ def run(
             res: dict[str, Any] = {}
             order = [True, False] if i % 2 == 0 else [False, True]
             if "sustained" not in scenarios:
-                order = []  # the catch-up alone: its "vs without" is left to the report's reader
+                order = []  # the catch-up alone: no run without purges, so no ratios
             for purging in order:
                 with _fresh(kind, admin.get(kind)) as url:
                     if kind == "postgresql":
