@@ -45,7 +45,7 @@ from bench import procs, rows, services
 from bench.timing import percentile, relay_env
 from relay.store.retention import RetentionStore
 from relay.store.schema import outbox
-from tools import pgserver
+from tools import mariaserver, pgserver
 
 RETENTION_SECONDS = 60
 PERIOD = 0.05
@@ -53,6 +53,16 @@ PERIOD = 0.05
 #: what the sustained run holds).
 CATCHUP_MARGIN_SECONDS = 60.0
 KINDS = {"postgresql": "postgresql", "mariadb": "mariadb"}
+#: The MariaDB server's settings the results record.
+MARIADB_SHOWN = (
+    "version",
+    "innodb_buffer_pool_size",
+    "innodb_log_file_size",
+    "innodb_io_capacity",
+    "innodb_flush_log_at_trx_commit",
+    "innodb_flush_method",
+    "innodb_purge_threads",
+)
 #: What the bench runs: ``sustained`` (with purges and without) and ``catchup`` (from a backlog).
 SCENARIOS = ("sustained", "catchup")
 #: The benchmark's own PostgreSQL: the server's defaults (autovacuum on), durable commits.
@@ -61,6 +71,21 @@ OWN_POSTGRES_SETTINGS: dict[str, str] = {}
 _VACUUM = (
     "SELECT n_dead_tup, autovacuum_count + vacuum_count FROM pg_stat_user_tables "
     "WHERE relname = 'outbox'"
+)
+#: InnoDB's view, sampled beside the size on MariaDB: the undo history its background purge has
+#: not yet removed, the redo written since the last checkpoint, and (as counts since the last
+#: sample) pages read from disk, waits for a free page, row lock waits.
+_INNODB_LEVELS = {
+    "Innodb_history_list_length": "history_len",
+    "Innodb_checkpoint_age": "checkpoint_age",
+}
+_INNODB_COUNTS = {
+    "Innodb_buffer_pool_reads": "disk_reads",
+    "Innodb_buffer_pool_wait_free": "wait_free",
+    "Innodb_row_lock_waits": "lock_waits",
+}
+_INNODB = "SHOW GLOBAL STATUS WHERE Variable_name IN ({})".format(
+    ", ".join(f"'{n}'" for n in [*_INNODB_LEVELS, *_INNODB_COUNTS])
 )
 
 _LAG = {
@@ -187,6 +212,7 @@ class _Sampler:
         self.retention = RetentionStore.from_url(url)
         self.since = self._now()
         self.looks = 0
+        self.innodb_before: dict[str, int] = {}
 
     def _now(self) -> Any:
         with self.engine.connect() as conn:
@@ -207,6 +233,11 @@ class _Sampler:
                 count = int(conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one())
             size = int(conn.execute(sa.text(_SIZE[self.kind])).scalar() or 0)
             vacuum = conn.execute(sa.text(_VACUUM)).one() if self.kind == "postgresql" else None
+            innodb = (
+                {str(k): int(v) for k, v in conn.execute(sa.text(_INNODB)).all()}
+                if self.kind == "mariadb"
+                else None
+            )
             left = (
                 conn.execute(sa.text(_BACKLOG_LEFT[self.kind])).scalar() if self.backlog else None
             )
@@ -219,6 +250,12 @@ class _Sampler:
             figures.update(dead_rows=int(vacuum[0]), vacuums=int(vacuum[1]))
         if left is not None:
             figures["backlog_left"] = int(left)
+        if innodb is not None:
+            figures.update({label: innodb.get(n) for n, label in _INNODB_LEVELS.items()})
+            for n, label in _INNODB_COUNTS.items():
+                if n in self.innodb_before and n in innodb:
+                    figures[label] = innodb[n] - self.innodb_before[n]
+            self.innodb_before = innodb
         if self.purging:
             behind = self.retention.past_retention(RETENTION_SECONDS, BEHIND_COUNTED_UP_TO)
             figures["past_retention"] = behind
@@ -358,6 +395,7 @@ def run(
     kinds: Sequence[str] = ("postgresql", "mariadb"),
     sample_seconds: float = 5.0,
     own_postgres: bool = True,
+    mariadb_settings: str | None = None,
     scenarios: Sequence[str] = SCENARIOS,
 ) -> dict[str, Any]:
     """The scenarios (both unless told) on each database kind (see the module doc)."""
@@ -372,12 +410,17 @@ def run(
         "purge_interval_seconds": interval,
         "retention_seconds": RETENTION_SECONDS,
         "postgres_server": "own" if own_postgres else "shared",
+        "mariadb_server": "shared" if mariadb_settings is None else f"own ({mariadb_settings})",
     }
     with services.route(amqp_url, "retention") as route, contextlib.ExitStack() as stack:
         admin: dict[str, str] = {}
         if own_postgres and "postgresql" in kinds:
             server = stack.enter_context(pgserver.server(OWN_POSTGRES_SETTINGS))
             admin["postgresql"] = server.admin_url
+        if mariadb_settings is not None and "mariadb" in kinds:
+            maria = stack.enter_context(mariaserver.server(mariaserver.PRESETS[mariadb_settings]))
+            admin["mariadb"] = maria.admin_url
+            out["mariadb_settings"] = maria.settings(*MARIADB_SHOWN)
         for i, kind in enumerate(kinds):
             res: dict[str, Any] = {}
             order = [True, False] if i % 2 == 0 else [False, True]
@@ -443,6 +486,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a throw-away server with PostgreSQL's defaults (own), or BENCH_POSTGRES_URL's",
     )
     p.add_argument(
+        "--mariadb",
+        choices=["shared", *mariaserver.PRESETS],
+        default="shared",
+        help="BENCH_MARIADB_URL's server (shared), or a throw-away one with MariaDB's defaults "
+        "or InnoDB sized for a 10,000,000-row table (tools/mariaserver.py)",
+    )
+    p.add_argument(
         "--scenarios",
         nargs="+",
         default=list(SCENARIOS),
@@ -460,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval=ns.interval,
         kinds=ns.kinds,
         own_postgres=ns.postgres == "own",
+        mariadb_settings=None if ns.mariadb == "shared" else ns.mariadb,
         scenarios=ns.scenarios,
     )
     print(json.dumps(result, indent=2, default=str))
