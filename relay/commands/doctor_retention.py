@@ -6,21 +6,32 @@ from __future__ import annotations
 
 from relay.commands.checks import PASS, WARN, Check
 from relay.config import Settings
-from relay.store.retention import RetentionStore
+from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
 
 #: Slack beyond retention + two purge intervals before a sent row counts as forgotten.
 FORGOTTEN_SLACK_SECONDS = 60.0
 
 
 def retention(settings: Settings) -> Check:
-    """Warn when sent rows past the retention grew between the last two purge runs, or when a
-    sent row outlived the retention by two purge intervals (nothing purges)."""
+    """Warn when the last purge run left rows past the retention by the hundred thousand, or
+    more than the run before it, or when a sent row outlived the retention by two purge
+    intervals (nothing purges)."""
     store = RetentionStore.from_url(settings.database_url)
     try:
         record, oldest = store.record(), store.oldest_sent_age()
     finally:
         store.dispose()
     s = settings
+    if record is not None and record.far_behind:
+        return Check(
+            "retention",
+            WARN,
+            f"the last purge run left at least {BEHIND_COUNTED_UP_TO:,} sent rows past the "
+            "retention: the purge is working through a backlog, or does not keep up",
+            "if this lasts more than a few runs, look for a slow or contended database in the "
+            "purger's log; shorten RELAY_PURGE_INTERVAL_SECONDS, or set RELAY_DELETE_ON_SEND=1 "
+            "(docs/retention.md)",
+        )
     if record is not None and record.falling_behind:
         return Check(
             "retention",

@@ -22,15 +22,16 @@ from dataclasses import dataclass
 from relay.config import Settings
 from relay.exceptions import RelayError
 from relay.policy import PurgePacing
-from relay.store.retention import RetentionStore
+from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
 
 log = logging.getLogger(__name__)
 
 #: How long a purger's lease lasts without renewal: a purger that died mid-run is replaced by
 #: the next run after at most this.
 PURGE_LEASE_SECONDS = 60.0
-#: Most rows past the retention a run counts when it stops early (a bounded scan).
-BEHIND_COUNT_CAP = 10_000_000
+#: Most rows past the retention a run counts when it stops early (a bounded scan, well under a
+#: second: see :data:`relay.store.retention.BEHIND_COUNTED_UP_TO`).
+BEHIND_COUNT_CAP = BEHIND_COUNTED_UP_TO
 
 
 @dataclass(frozen=True, slots=True)

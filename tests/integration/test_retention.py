@@ -12,13 +12,14 @@ import sqlalchemy as sa
 from relay.commands import doctor_retention
 from relay.commands.checks import PASS, WARN
 from relay.config import Settings
+from relay.dispatch import purger as purger_module
 from relay.dispatch import runner
 from relay.dispatch.purger import Purger
 from relay.policy import PurgePacing
 from relay.store import dialects
 from relay.store.dispatch import Store
 from relay.store.operations import OperationsStore
-from relay.store.retention import RetentionStore
+from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
 from relay.store.schema import outbox, outbox_progress
 from tests.support import relaying
 from tests.support.broker import Collector
@@ -173,6 +174,34 @@ def test_doctor_warns_when_the_purge_falls_behind_and_the_metrics_show_it(
     assert behind == 250
     assert oldest is not None
     assert oldest > 7000
+
+
+def test_a_run_counts_what_it_left_no_further_than_the_cap_and_the_doctor_says_so(
+    settings: Settings,
+    engine: sa.Engine,
+    retention: RetentionStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run stopped by its budget counts the rows it left up to a cap, not all of them (a
+    count of millions cost more than the purge it reports on), and a record at the cap makes
+    `relay doctor` warn, though two runs at the cap cannot show growth."""
+    monkeypatch.setattr(purger_module, "BEHIND_COUNT_CAP", 40)
+    ids = enqueue_many(engine, 200)
+    _send(engine, ids, 7200)
+    pacing = PurgePacing(first_batch=50, min_batch=50, max_batch=50, duty=1.0)
+    for _ in range(2):
+        run = Purger(retention, 3600, "p", pacing=pacing).run(budget_seconds=0)
+        assert (run.deleted, run.behind) == (50, 40)
+    assert retention.past_retention(3600, 1000) == 100
+    record = retention.record()
+    assert record is not None
+    assert not record.falling_behind
+    assert retention.take_lease("p", 60)
+    retention.end_run("p", BEHIND_COUNTED_UP_TO)
+    s = replace(settings, retention_seconds=3600, purge_interval_seconds=600)
+    check = doctor_retention.retention(s)
+    assert check.status == WARN
+    assert f"at least {BEHIND_COUNTED_UP_TO:,} sent rows" in check.detail
 
 
 def test_the_loop_runners_purger_keeps_the_retention(settings: Settings, engine: sa.Engine) -> None:
