@@ -242,13 +242,26 @@ class PurgePacing:
     Batches never shrink below ``min_batch``: on a loaded machine a batch is slow whatever its
     size, and smaller ones would only slow the purge down (deleting sent rows takes no lock a
     claim or a producer waits for on PostgreSQL; on MariaDB their gap locks cover only the
-    oldest sent rows)."""
+    oldest sent rows).
+
+    **Delivery first.** A purge shares the database's CPU and disk with the relays it purges
+    for. After each batch the purger reads how late delivery is (the age of the oldest due
+    pending row) and hands the result to :meth:`next_duty`: above ``yield_lag_seconds`` its duty
+    halves, down to ``min_duty``; at or below, it doubles back up to ``duty``. On MariaDB, where
+    each deleted row leaves every index (no partial indexes), a 10,000,000-row catch-up at half
+    duty beside 3,000 events a second put delivery half a minute behind on 2 cores
+    (docs/benchmarks.md, section 16); yielding keeps delivery within about the threshold while
+    the purge goes on at ``min_duty`` or more, so a backlog is still purged in bounded time."""
 
     target_seconds: float = 0.1
     duty: float = 0.5
     first_batch: int = 1000
     min_batch: int = 1000
     max_batch: int = 10_000
+    #: Delivery this late (seconds) makes the purge yield.
+    yield_lag_seconds: float = 0.5
+    #: The least share of its time the purge works, however late delivery is.
+    min_duty: float = 0.05
 
     def next_batch(self, size: int, elapsed: float) -> int:
         """The next batch's size after one of ``size`` rows took ``elapsed`` seconds: scaled
@@ -256,9 +269,19 @@ class PurgePacing:
         ratio = 2.0 if elapsed <= 0 else max(0.5, min(2.0, self.target_seconds / elapsed))
         return max(self.min_batch, min(self.max_batch, int(size * ratio)))
 
-    def pause(self, elapsed: float) -> float:
-        """Seconds to rest after a batch that took ``elapsed``, to keep to the duty cycle."""
-        return max(0.0, elapsed) * (1.0 - self.duty) / self.duty
+    def next_duty(self, duty: float, lag: float | None) -> float:
+        """The duty after a batch, from the previous one and delivery's ``lag`` (seconds; None:
+        nothing pending): halved while delivery is later than ``yield_lag_seconds``, else
+        doubled, within ``min_duty`` and ``duty``."""
+        if lag is not None and lag > self.yield_lag_seconds:
+            return max(self.min_duty, duty / 2)
+        return min(self.duty, duty * 2)
+
+    def pause(self, elapsed: float, duty: float | None = None) -> float:
+        """Seconds to rest after a batch that took ``elapsed``, to keep to the duty cycle
+        (``duty``, or the policy's own)."""
+        share = self.duty if duty is None else duty
+        return max(0.0, elapsed) * (1.0 - share) / share
 
 
 @dataclass(slots=True)

@@ -48,6 +48,8 @@ class PurgeRun:
     seconds: float = 0.0
     #: Another purger held the lease: this run did nothing.
     skipped: bool = False
+    #: Batches after which the purge rested longer, yielding to late delivery.
+    yields: int = 0
 
 
 class Purger:
@@ -65,6 +67,9 @@ class Purger:
         self.store, self.retention_seconds, self.holder = store, retention_seconds, holder
         self.pacing = pacing or PurgePacing()
         self.clock = clock
+        #: The share of its time the purge works now (``PurgePacing.next_duty``), carried from
+        #: one run to the next.
+        self.duty = self.pacing.duty
 
     @classmethod
     def from_settings(cls, settings: Settings, holder: str) -> Purger:
@@ -83,34 +88,45 @@ class Purger:
         if not self.store.take_lease(self.holder, PURGE_LEASE_SECONDS):
             log.info("another purger holds the lease; leaving retention to it")
             return PurgeRun(skipped=True)
-        deleted = batches = 0
+        deleted = batches = yields = 0
         size, caught_up, behind = self.pacing.first_batch, False, 0
+        duty = self.duty
         try:
             while True:
                 t0 = self.clock()
-                n = self.store.purge_batch(
+                batch = self.store.purge_batch(
                     self.holder, PURGE_LEASE_SECONDS, self.retention_seconds, size
                 )
                 elapsed = self.clock() - t0
-                if n is None:
+                if batch is None:
                     log.warning("purger %s lost its lease; stopping", self.holder)
                     return PurgeRun(deleted, batches, 0, self.clock() - started)
+                n = batch.deleted
                 deleted, batches = deleted + n, batches + (n > 0)
                 if n < size:
                     caught_up = True
                     break
+                duty = self.pacing.next_duty(duty, batch.lag)
+                yields += duty < self.pacing.duty
                 spent = self.clock() - started
-                if spent >= budget_seconds or stop.wait(self.pacing.pause(elapsed)):
+                if spent >= budget_seconds or stop.wait(self.pacing.pause(elapsed, duty)):
                     break
                 size = self.pacing.next_batch(size, elapsed)
             behind = 0 if caught_up else self._behind()
         finally:
             self.store.end_run(self.holder, behind)
+            # The next run starts where this one left off: yielding while delivery is late.
+            self.duty = duty
         took = self.clock() - started
         log.info(
             "purged %d sent rows in %d batches (%.1fs), %d left", deleted, batches, took, behind
         )
-        return PurgeRun(deleted, batches, behind, took)
+        if yields:
+            log.info(
+                "the purge yielded to delivery after %d of %d batches (delivery later than %gs)",
+                yields, batches, self.pacing.yield_lag_seconds,
+            )  # fmt: skip
+        return PurgeRun(deleted, batches, behind, took, yields=yields)
 
     def _behind(self) -> int:
         return self.store.past_retention(self.retention_seconds, BEHIND_COUNT_CAP)

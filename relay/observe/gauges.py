@@ -83,7 +83,8 @@ class OutboxCollector(Collector):
             ),
             "behind": self._family(
                 "relay_outbox_purge_behind_rows",
-                "Sent rows past the retention that the last purge run left (0: it caught up).",
+                "Sent rows past the retention the last purge run left "
+                "(0: it caught up; counted up to 100,000).",
             ),
             "sent_age": self._family(
                 "relay_oldest_sent_age_seconds", "Age of the oldest sent row kept (0: none)."

@@ -56,6 +56,16 @@ class PurgerRecord:
         return self.behind_rows >= BEHIND_COUNTED_UP_TO
 
 
+@dataclass(frozen=True, slots=True)
+class PurgeBatch:
+    """One purge transaction: the rows it deleted and how late delivery was."""
+
+    deleted: int
+    #: Seconds since the oldest due pending row was written (None: none due); see
+    #: ``RetentionStatements.delivery_lag``.
+    lag: float | None
+
+
 class RetentionStore(BaseStore):
     """Retention's verbs over the ``outbox`` table of one database."""
 
@@ -81,13 +91,22 @@ class RetentionStore(BaseStore):
 
     def purge_batch(
         self, holder: str, lease_seconds: float, older_than_seconds: float, limit: int
-    ) -> int | None:
-        """Renew the lease and delete up to ``limit`` sent rows past the retention, in one short
-        transaction; None (nothing deleted) when the lease was lost to another purger."""
+    ) -> PurgeBatch | None:
+        """Renew the lease, delete up to ``limit`` sent rows past the retention and read how
+        late delivery is, in one short transaction; None (nothing deleted) when the lease was
+        lost to another purger."""
         with self._tx() as conn:
             if not self._take(conn, holder, lease_seconds, SENT_PURGER):
                 return None
-            return int(conn.execute(self.ops.purge_sent(older_than_seconds, limit)).rowcount)
+            deleted = int(conn.execute(self.ops.purge_sent(older_than_seconds, limit)).rowcount)
+            lag = conn.execute(self.sql.delivery_lag()).scalar()
+        return PurgeBatch(deleted, None if lag is None else max(0.0, float(lag)))
+
+    def delivery_lag(self) -> float | None:
+        """Seconds since the oldest due pending row was written (None: none due)."""
+        with self._tx() as conn:
+            lag = conn.execute(self.sql.delivery_lag()).scalar()
+        return None if lag is None else max(0.0, float(lag))
 
     def end_run(self, holder: str, behind_rows: int, name: str = SENT_PURGER) -> None:
         """Give the lease back, recording the rows left past the retention; old counts go."""

@@ -204,6 +204,71 @@ def test_a_run_counts_what_it_left_no_further_than_the_cap_and_the_doctor_says_s
     assert f"at least {BEHIND_COUNTED_UP_TO:,} sent rows" in check.detail
 
 
+def _write_ago(engine: sa.Engine, ids: list[int], seconds_ago: float, **values: object) -> None:
+    """Make rows look written ``seconds_ago`` (database time), with other ``values``."""
+    clock = dialects.for_name(engine.dialect.name)
+    written = clock.now_plus(sa.literal(-seconds_ago, sa.Float))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(outbox).where(outbox.c.id.in_(ids)).values(created_at=written, **values)
+        )
+
+
+def test_delivery_lag_is_the_oldest_due_pending_rows_age(
+    engine: sa.Engine, retention: RetentionStore
+) -> None:
+    """The purge's probe of delivery: nothing pending reads None; a row waiting for its retry
+    is not late, the oldest due one is."""
+    assert retention.delivery_lag() is None
+    waiting, due, fresh = enqueue_many(engine, 1), enqueue_many(engine, 1), enqueue_many(engine, 1)
+    clock = dialects.for_name(engine.dialect.name)
+    later = clock.now_plus(sa.literal(600.0, sa.Float))
+    _write_ago(engine, waiting, 120, next_retry_at=later)
+    _write_ago(engine, due, 30)
+    lag = retention.delivery_lag()
+    assert lag is not None
+    assert 29 < lag < 60
+    _write_ago(engine, due, 0, status="sent")
+    lag = retention.delivery_lag()
+    assert lag is not None
+    assert lag < 29, "the row waiting for its retry counted, or the sent one"
+    assert fresh
+
+
+def test_the_purge_yields_to_late_delivery_and_takes_its_duty_back(
+    engine: sa.Engine, retention: RetentionStore
+) -> None:
+    """While the oldest due pending row is later than the threshold, each batch halves the
+    purge's duty (it rests longer) and the purge still deletes everything past the
+    retention; once delivery is on time again the next run's batches double it back."""
+    old = enqueue_many(engine, 300)
+    _send(engine, old, 7200)
+    late = enqueue_many(engine, 3)
+    _write_ago(engine, late, 30)
+    pacing = PurgePacing(first_batch=50, min_batch=50, max_batch=50, duty=1.0, min_duty=0.25)
+    purger = Purger(retention, 3600, "p", pacing=pacing, clock=_Ticks(0.01))
+    run = purger.run()
+    assert (run.deleted, run.behind, run.yields) == (300, 0, 6)
+    assert purger.duty == pytest.approx(0.25)
+    _write_ago(engine, late, 0, status="sent", sent_at=None)
+    more = enqueue_many(engine, 200)
+    _send(engine, more, 7200)
+    run = purger.run()
+    assert (run.deleted, run.yields) == (200, 1)
+    assert purger.duty == pytest.approx(1.0)
+
+
+class _Ticks:
+    """A clock that moves ``step`` seconds at each reading: every batch "takes" one step."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
 def test_the_loop_runners_purger_keeps_the_retention(settings: Settings, engine: sa.Engine) -> None:
     """`relay dispatch --loop`'s purger deletes sent rows past the retention soon after it
     starts, and keeps the others."""

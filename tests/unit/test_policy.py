@@ -173,6 +173,34 @@ def test_the_purge_rests_to_keep_its_duty_cycle(duty: float, elapsed: float, pau
 
 
 @pytest.mark.parametrize(
+    ("duty", "lag", "expected"),
+    [
+        (0.5, None, 0.5),  # nothing pending: full duty
+        (0.5, 0.5, 0.5),  # at the threshold: no yield
+        (0.5, 0.51, 0.25),  # later than it: halved
+        (0.25, 30.0, 0.125),
+        (0.05, 30.0, 0.05),  # never below the floor
+        (0.07, 30.0, 0.05),
+        (0.05, 0.1, 0.1),  # on time again: doubled back
+        (0.4, 0.0, 0.5),  # up to the policy's duty, no further
+    ],
+)
+def test_the_purge_yields_its_duty_while_delivery_is_late(
+    duty: float, lag: float | None, expected: float
+) -> None:
+    """Delivery later than 0.5 s halves the purge's duty down to 5%; on time, it doubles back
+    up to half."""
+    assert PurgePacing().next_duty(duty, lag) == pytest.approx(expected)
+
+
+def test_a_yielding_purge_rests_longer_after_the_same_batch() -> None:
+    """At 5% duty the purger rests 19 times as long as a batch took, at 50% as long."""
+    pacing = PurgePacing()
+    assert pacing.pause(0.1, pacing.min_duty) == pytest.approx(1.9)
+    assert pacing.pause(0.1) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
     ("looks", "expected"),
     [
         ([0.0], [True]),  # the first claim always sweeps

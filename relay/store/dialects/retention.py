@@ -34,11 +34,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from relay.store.dialects.base import Dialect
-from relay.store.dialects.common import SENT, cached
+from relay.store.dialects.common import PENDING, SENT, cached
 from relay.store.schema import outbox, purger, sent_counts
 
 #: The purger row every migrated database holds (migration 0013).
 SENT_PURGER = "sent"
+#: Pending rows at the head of the unordered claim's lane that the delivery-lag probe reads.
+LAG_PROBE_ROWS = 32
 
 
 class RetentionStatements:
@@ -172,6 +174,23 @@ class RetentionStatements:
         )
         past = (oldest.c.sent_at < self.cutoff(older_than_seconds), oldest.c.status == SENT)
         return select(func.count()).select_from(oldest).where(*past)
+
+    def delivery_lag(self) -> Select[Any]:
+        """How late delivery is: seconds since the oldest due row among the first
+        :data:`LAG_PROBE_ROWS` unkeyed pending rows was written (NULL: none due), read where
+        the unordered claim reads (``ix_outbox_pending``; MySQL: ``ix_outbox_status_seq_id``),
+        so it costs a few index entries and rows whatever the table holds. Rows waiting for a
+        retry are skipped; a head of more than that many of them reads as nothing due."""
+        head = (
+            select(outbox.c.created_at, outbox.c.next_retry_at)
+            .where(outbox.c.status == PENDING, outbox.c.seq.is_(None))
+            .order_by(outbox.c.id)
+            .limit(LAG_PROBE_ROWS)
+            .subquery("head")
+        )
+        due = or_(head.c.next_retry_at.is_(None), head.c.next_retry_at <= self.dialect.now())
+        oldest = select(func.min(head.c.created_at)).where(due).scalar_subquery()
+        return select(self.dialect.seconds_since(oldest))
 
     def oldest_sent_age(self) -> Select[Any]:
         """Seconds since the oldest sent row was sent (NULL: none), via ``ix_outbox_sent_at``."""

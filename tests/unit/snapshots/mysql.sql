@@ -83,6 +83,14 @@ INSERT INTO outbox_sent_counts (minute, shard, sent, lag_sum, lag_max) VALUES (C
 -- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
 DELETE FROM outbox WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
+-- delivery_lag: How late delivery is: seconds since the oldest due row among the first
+SELECT timestampdiff(MICROSECOND, (SELECT min(head.created_at) AS min_1
+FROM (SELECT outbox.created_at AS created_at, outbox.next_retry_at AS next_retry_at
+FROM outbox
+WHERE outbox.status = 'pending' AND outbox.seq IS NULL ORDER BY outbox.id
+ LIMIT %s) AS head
+WHERE head.next_retry_at IS NULL OR head.next_retry_at <= (UTC_TIMESTAMP(6))), (UTC_TIMESTAMP(6))) / 1000000.0 AS anon_1;
+
 -- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%s, holder=NULL, expires_at=NULL, ran_at=(UTC_TIMESTAMP(6)) WHERE relay_purger.name = %s AND relay_purger.holder = %s;
 

@@ -108,6 +108,14 @@ FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
+-- delivery_lag: How late delivery is: seconds since the oldest due row among the first
+SELECT CAST(EXTRACT(epoch FROM now() - (SELECT min(head.created_at) AS min_1
+FROM (SELECT outbox.created_at AS created_at, outbox.next_retry_at AS next_retry_at
+FROM outbox
+WHERE outbox.status = 'pending' AND outbox.seq IS NULL ORDER BY outbox.id
+ LIMIT %(param_1)s::INTEGER) AS head
+WHERE head.next_retry_at IS NULL OR head.next_retry_at <= now())) AS FLOAT) AS anon_1;
+
 -- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%(b_behind)s::BIGINT, holder=NULL, expires_at=NULL, ran_at=now() WHERE relay_purger.name = %(b_name)s::VARCHAR AND relay_purger.holder = %(b_holder)s::VARCHAR;
 
