@@ -34,7 +34,9 @@ import argparse
 import contextlib
 import json
 import multiprocessing as mp
+import signal
 import statistics
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -490,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["shared", *mariaserver.PRESETS],
         default="shared",
         help="BENCH_MARIADB_URL's server (shared), or a throw-away one with MariaDB's defaults "
-        "or InnoDB sized for a 10,000,000-row table (tools/mariaserver.py)",
+        "(tools/mariaserver.py)",
     )
     p.add_argument(
         "--scenarios",
@@ -500,6 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="sustained (with and without purges) and/or catchup",
     )
     ns = p.parse_args(argv)
+    # A stopped run (SIGTERM) still kills its throw-away servers and drops its databases.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(
         services.AMQP_URL,
         ns.minutes,

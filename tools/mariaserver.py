@@ -1,8 +1,9 @@
 """A throw-away MariaDB server: ``mariadb-install-db`` into a temporary directory, ``mariadbd``
 on a free loopback port with its socket in that directory, killed and deleted at the end. The
-retention benchmark runs MariaDB on one (``bench.retention --mariadb own``) so that its figures
-come with the server's settings written down beside them, and so that sizing InnoDB for a
-10,000,000-row table never touches the machine's shared server. Nothing here imports pytest.
+retention benchmark runs MariaDB on one (``bench.retention --mariadb defaults``) so that its
+figures come with the server's settings written down beside them, and so that a 5 GB table, or
+any setting a run needs, never touches the machine's shared server. Nothing here imports
+pytest.
 """
 
 from __future__ import annotations
@@ -29,19 +30,9 @@ DEFAULTS: Mapping[str, str] = {
     "collation-server": "utf8mb4_general_ci",
 }
 
-#: InnoDB sized for an outbox that may hold 10,000,000 sent rows (4-5 GB with its indexes), as
-#: MariaDB's tuning guide sizes a database host: a buffer pool that holds the hot part of the
-#: table and its indexes, a redo log large enough that a purge of millions of rows does not wait
-#: on checkpoints, and an I/O capacity for an SSD. Commits stay durable.
-SIZED: Mapping[str, str] = {
-    **DEFAULTS,
-    "innodb-buffer-pool-size": "4G",
-    "innodb-log-file-size": "1G",
-    "innodb-io-capacity": "2000",
-}
-
-#: The settings the benchmark can name (``--mariadb-settings``).
-PRESETS: Mapping[str, Mapping[str, str]] = {"defaults": DEFAULTS, "sized": SIZED}
+#: The settings the benchmark can name (``--mariadb``): the shared server's, without its
+#: ``skip_name_resolve`` (compared variable by variable, the only other difference).
+PRESETS: Mapping[str, Mapping[str, str]] = {"defaults": DEFAULTS}
 
 #: The OS user that runs the server when run as root (mariadbd refuses root without --user).
 OS_USER = "mysql"
