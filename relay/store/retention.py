@@ -30,6 +30,11 @@ from relay.store.operations import COUNTS_KEPT_MINUTES
 BEHIND_COUNTED_UP_TO = 100_000
 
 
+def _seconds(value: Any) -> float | None:
+    """A database's reading of seconds (NULL: None), never below 0 (clocks read apart)."""
+    return None if value is None else max(0.0, float(value))
+
+
 @dataclass(frozen=True, slots=True)
 class PurgerRecord:
     """What the last two purge runs left behind, and when the last one ended."""
@@ -100,13 +105,13 @@ class RetentionStore(BaseStore):
                 return None
             deleted = int(conn.execute(self.ops.purge_sent(older_than_seconds, limit)).rowcount)
             lag = conn.execute(self.sql.delivery_lag()).scalar()
-        return PurgeBatch(deleted, None if lag is None else max(0.0, float(lag)))
+        return PurgeBatch(deleted, _seconds(lag))
 
     def delivery_lag(self) -> float | None:
         """Seconds since the oldest due pending row was written (None: none due)."""
         with self._tx() as conn:
             lag = conn.execute(self.sql.delivery_lag()).scalar()
-        return None if lag is None else max(0.0, float(lag))
+        return _seconds(lag)
 
     def end_run(self, holder: str, behind_rows: int, name: str = SENT_PURGER) -> None:
         """Give the lease back, recording the rows left past the retention; old counts go."""
@@ -121,7 +126,7 @@ class RetentionStore(BaseStore):
             row = conn.execute(self.sql.purger_record(), {"b_name": name}).first()
         if row is None:
             return None
-        ago = None if row.ran_ago is None else max(0.0, float(row.ran_ago))
+        ago = _seconds(row.ran_ago)
         return PurgerRecord(int(row.behind_rows), int(row.prev_behind_rows), ago, row.holder)
 
     def past_retention(self, older_than_seconds: float, limit: int) -> int:
@@ -134,7 +139,7 @@ class RetentionStore(BaseStore):
         """Seconds since the oldest sent row still in the table was sent (None: no sent row)."""
         with self._tx() as conn:
             age = conn.execute(self.sql.oldest_sent_age()).scalar()
-        return None if age is None else max(0.0, float(age))
+        return _seconds(age)
 
     def sent_counted(self, minutes: int = 60) -> int:
         """Events counted sent (deleted at send) in the last ``minutes`` minutes."""
