@@ -18,6 +18,7 @@ mostly sleeps, and a crash or a hang of one stays its own.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -75,15 +76,23 @@ class Child:
     def start(self) -> None:
         mode = "--once" if self.once else "--loop"
         argv = [sys.executable, "-m", "relay", "dispatch", mode]
-        # Our own interpreter and arguments (S603); preexec_fn only sets the death signal.
+        # Our own interpreter and arguments (S603); preexec_fn only sets signal dispositions.
         self.proc = subprocess.Popen(  # noqa: S603
-            argv, env=self.env, preexec_fn=_die_with_parent
+            argv, env=self.env, preexec_fn=_prepare_child
         )
         log.info("relay for database %r started (pid %d)", self.name, self.proc.pid)
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def _prepare_child() -> None:
+    """In the child before exec: SIGUSR1 ignored until the relay sets its stack dump (the
+    supervisor passes the signal on, and one that reached a relay still starting would end it
+    by default), and the death signal."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    _die_with_parent()
 
 
 def _die_with_parent() -> None:
@@ -121,7 +130,14 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     def on_signal(*_: object) -> None:
         stop.set()
 
+    def on_dump(*_: object) -> None:  # kill -USR1: this process's stacks, then each child's
+        faulthandler.dump_traceback(all_threads=True)
+        for c in children:
+            if c.running and c.proc is not None:
+                c.proc.send_signal(signal.SIGUSR1)
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_dump)
     beat = runner.heartbeat(heartbeat_file)
     try:
         for c in children:

@@ -6,6 +6,7 @@ endpoint, and the deployment's watcher. ``relay dispatch`` and the Celery glue
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -64,6 +65,7 @@ def shutdown(dispatcher: Dispatcher) -> None:
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
     """A relay process without Celery: drain once, or drain until SIGTERM/SIGINT with the
     wake-up watcher (or adaptive polling), the heartbeat file and the metrics endpoint."""
+    dump_stacks_on(signal.SIGUSR1)
     store = DispatchStore.from_settings(settings)
     relay = dispatcher(settings, store)
     log.info("relay %s starting: %s", relay.worker_id, settings.describe())
@@ -115,6 +117,13 @@ def _loop(
         retention.stop()
         if watching is not None:
             watching.stop()
+
+
+def dump_stacks_on(sig: signal.Signals) -> None:
+    """``kill -USR1`` prints every thread's stack to stderr, as a Celery worker does: what a
+    relay that seems stuck is waiting on. Written by the interpreter itself, at any moment,
+    whatever the threads hold."""
+    faulthandler.register(sig, all_threads=True, chain=False)
 
 
 def purge_loop(settings: Settings, holder: str) -> PurgeLoop:

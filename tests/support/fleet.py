@@ -129,7 +129,8 @@ class Fleet:
         worker.proc.wait(timeout=10)
 
     def stop(self, timeout: float = 20.0) -> dict[str, int | None]:
-        """SIGTERM every worker (resuming paused ones), wait, SIGKILL stragglers; exit codes."""
+        """SIGTERM every worker (resuming paused ones), wait, SIGKILL stragglers (after SIGUSR1:
+        their stacks in their logs); exit codes, None for a straggler."""
         for w in self.workers:
             if w.alive():
                 for sig in (signal.SIGCONT, signal.SIGTERM):
@@ -143,14 +144,24 @@ class Fleet:
             try:
                 codes[w.name] = w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                # Still running after SIGTERM: its threads' stacks into its log (the relay
+                # prints them on SIGUSR1), for the failure's message, then SIGKILL.
+                w.proc.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
                 w.proc.kill()
                 w.proc.wait(timeout=10)
                 codes[w.name] = None
             w._log.close()
         return codes
 
-    def logs(self) -> str:
-        return "\n".join(f"--- {w.name} (pid {w.pid}) ---\n{w.log()}" for w in self.workers)
+    def failures(self, codes: dict[str, int | None]) -> str:
+        """``codes`` (from :meth:`stop`) and the logs of the workers whose code is not 0."""
+        return f"{codes}\n{self.logs(name for name, code in codes.items() if code != 0)}"
+
+    def logs(self, names: Iterable[str] | None = None) -> str:
+        """The workers' logs (only those of ``names`` when given), each under its name."""
+        chosen = self.workers if names is None else [w for w in self.workers if w.name in names]
+        return "\n".join(f"--- {w.name} (pid {w.pid}) ---\n{w.log()}" for w in chosen)
 
 
 def holders(engine: sa.Engine) -> collections.Counter[int]:
