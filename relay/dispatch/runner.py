@@ -123,7 +123,11 @@ def dump_stacks_on(sig: signal.Signals) -> None:
     """``kill -USR1`` prints every thread's stack to stderr, as a Celery worker does: what a
     relay that seems stuck is waiting on. Written by the interpreter itself, at any moment,
     whatever the threads hold."""
-    faulthandler.register(sig, all_threads=True, chain=False)
+    try:
+        faulthandler.register(sig, all_threads=True, chain=False)
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is an OSError
+        # No file descriptor behind sys.stderr (run in a process that captures it): no dump.
+        log.debug("no stack dump on %s: sys.stderr has no file descriptor", sig.name)
 
 
 def purge_loop(settings: Settings, holder: str) -> PurgeLoop:
