@@ -43,14 +43,19 @@ def _enqueue(url: str, n: int) -> None:
         engine.dispose()
 
 
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc`` if it is still running."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> int:
     proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _reap(proc)
 
 
 def test_sigusr1_prints_every_threads_stack_and_the_relay_goes_on(
@@ -75,9 +80,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_relay_goes_on(
             assert message.body["n"] == 1
             code = _stop(proc)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            _reap(proc)
     text = log.read_text(errors="replace")
     assert code == 0, text
     threads = THREAD.findall(text)
@@ -115,9 +118,7 @@ def test_the_supervisor_passes_sigusr1_on_to_each_databases_relay(
             assert proc.poll() is None, "SIGUSR1 stopped the supervisor"
             code = _stop(proc)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            _reap(proc)
     text = log.read_text(errors="replace")
     assert code == 0, text
     # One dump each: the supervisor's (its main thread in _supervise) and each relay's (its
