@@ -14,9 +14,16 @@ Tree (and where each is raised)::
     │   └── DatabaseUnavailable the database could not be reached; retryable
     └── PublishError            the events broker failed, or refused one message
         │                         relay.publishers (a message that cannot be encoded)
+        ├── MessageRefused      the broker refused one message on its channel (406 size or
+        │                         precondition, 404 a task's exchange, 311): that message's
+        │                         attempt failed, the rest of the batch goes on
+        │                         relay.publishers.amqp (py-amqp channel errors, ``from exc``)
         └── BrokerUnavailable   the broker could not be reached, or confirmed nothing in time;
-                                  retryable: the batch is given back, the breaker opens
-                                  relay.publishers (Kombu/py-amqp/redis errors, ``from exc``)
+            │                     retryable: the batch is given back, the breaker opens
+            │                     relay.publishers (Kombu/py-amqp/redis errors, ``from exc``)
+            └── BrokerBlocked   the broker paused publishing (``connection.blocked``: a memory
+                                  or disk alarm); retryable, the connection is kept (it hears
+                                  the unblock), no breaker: the relay looks again shortly
 
 Whether an error is worth retrying is the class attribute ``retryable``, read where errors
 are caught (the dispatcher, the lease keeper, the publishers' reconnect), never a string match.
@@ -66,7 +73,20 @@ class PublishError(RelayError):
     """The events broker failed."""
 
 
+class MessageRefused(PublishError):
+    """The events broker refused the message."""
+
+
 class BrokerUnavailable(PublishError):
     """The events broker could not be reached."""
 
     retryable = True
+    #: Whether the publisher drops the connection and the breaker opens (an outage); False
+    #: where the connection is sound and the broker only asked publishers to wait.
+    outage: bool = True
+
+
+class BrokerBlocked(BrokerUnavailable):
+    """The events broker blocked publishing (a resource alarm)."""
+
+    outage = False

@@ -10,25 +10,50 @@ socket write; py-amqp, through Kombu, still opens the connection (and negotiates
 ``frame_max``), declares the exchange, and reads the confirms and returns. A connection the
 broker blocks (a resource alarm) stops reading: the write or the confirms then wait, and the
 confirm timeout turns that into :class:`~relay.exceptions.BrokerUnavailable`.
+
+A message the broker refuses alone (a 406 for its size, a 404 for a task's exchange) closes the
+channel, not the connection, and the close does not say which message it was: the messages
+acked before it are confirmed, and the unconfirmed rest is published again one at a time on a
+fresh channel until the refused one is found alone; it fails (its attempt, with the broker's
+reason) and the remainder goes on as a batch. Those in flight when the channel closed may
+reach the broker twice (docs/guarantees.md, "When the broker refuses one message").
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from typing import Any
 
+import amqp.exceptions
 import kombu
 
-from relay.exceptions import BrokerUnavailable, PublishError
+from relay.exceptions import BrokerUnavailable, MessageRefused, PublishError
 from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.base import KombuPublisher, describe, unroutable
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult
 
+log = logging.getLogger(__name__)
+
 #: Raised while encoding one message (``struct.error``: a short string over 255 bytes).
 _ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
+#: The broker's refusals of one message (DESIGN.md §3.1): it closes the channel, not the
+#: connection. 406 PRECONDITION_FAILED (over ``max_message_size``; a queue declared with other
+#: arguments), 404 NOT_FOUND (a task's exchange; the relay's own is redeclared instead), 311
+#: CONTENT_TOO_LARGE. 403 ACCESS_REFUSED is left out on purpose: a permission is the
+#: deployment's, not the row's, and dead-lettering rows while an operator fixes a user's
+#: permissions would lose them to a typo; it stays an outage that burns no attempt.
+_REFUSALS = (
+    amqp.exceptions.PreconditionFailed,
+    amqp.exceptions.NotFound,
+    amqp.exceptions.ContentTooLarge,
+)
+#: A refusal on the publishing channel: the messages still unconfirmed, in publish order,
+#: and the broker's error.
+_Refusal = tuple[list[ClaimedEvent], amqp.exceptions.ChannelError]
 
 
 class AmqpPublisher(KombuPublisher):
@@ -44,8 +69,16 @@ class AmqpPublisher(KombuPublisher):
         self._nacked: list[ClaimedEvent] = []
         self._returned: dict[str, str] = {}
         self._encoder: BatchEncoder | None = None
+        #: The channel task queues are declared on: a declare the broker refuses closes it,
+        #: never the publishing channel and its unconfirmed messages.
+        self._declarer: Any = None
 
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
+        self._declarer = None
+        self._confirming(conn, channel)
+
+    def _confirming(self, conn: kombu.Connection, channel: Any) -> None:
+        """Put ``channel`` in confirm mode, listened to by this publisher."""
         channel.confirm_select()
         channel.events["basic_ack"].add(self._on_ack)
         channel.events["basic_nack"].add(self._on_nack)
@@ -55,13 +88,50 @@ class AmqpPublisher(KombuPublisher):
         self._encoder = BatchEncoder(channel.channel_id, self.exchange.name, amqp_conn.frame_max)
 
     def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
+        todo = events
+        while todo:
+            refused = self._publish_window(todo, result, guard)
+            if refused is None:
+                return
+            self._renew_channel()
+            todo = self._isolate(refused[0], result, guard)
+
+    def _isolate(
+        self, unconfirmed: list[ClaimedEvent], result: PublishResult, guard: RunGuard
+    ) -> list[ClaimedEvent]:
+        """Publish ``unconfirmed`` one message at a time until the broker refuses one alone:
+        that one fails, and the rest after it is returned, to go on as a batch."""
+        for i, event in enumerate(unconfirmed):
+            refused = self._publish_window([event], result, guard)
+            if refused is None:
+                continue
+            self._renew_channel()
+            result.rejected.append((event, self._refusal(event, refused[1])))
+            guard.failed(event)
+            return unconfirmed[i + 1 :]
+        return []
+
+    def _refusal(self, event: ClaimedEvent, exc: amqp.exceptions.ChannelError) -> str:
+        """The reason ``event`` fails with; a 404 for the relay's own exchange is no row's
+        fault (someone deleted the exchange) but the connection's: it is redeclared."""
+        if isinstance(exc, amqp.exceptions.NotFound):
+            exchange = _build(event).exchange
+            if exchange is None or exchange == self.exchange.name:
+                raise BrokerUnavailable(f"broker unavailable: {describe(exc)}") from exc
+        return f"broker refused: {exc.reply_text or describe(exc)}"
+
+    def _publish_window(
+        self, events: list[ClaimedEvent], result: PublishResult, guard: RunGuard
+    ) -> _Refusal | None:
+        """Publish ``events`` in one write and await their confirms; the unconfirmed rest and
+        the broker's error when it closed the channel on a message it refused."""
         conn, encoder = self._conn, self._encoder
         assert conn is not None
         assert encoder is not None
         self._pending.clear()
         self._floor = self._next_tag
         self._acked, self._nacked, self._returned = [], [], {}
-        guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
         frames: list[bytes] = []
         for event in events:
             if guard.stopped and guard.holds(event):
@@ -69,7 +139,7 @@ class AmqpPublisher(KombuPublisher):
                 continue
             try:
                 msg = _build(event)
-                self._declare_route(msg)
+                self._declare_task_route(msg)
                 frames.append(_encode(encoder, msg))
             except PublishError as exc:
                 # Nothing of this message was written: only this row (e.g. a header key over
@@ -82,6 +152,7 @@ class AmqpPublisher(KombuPublisher):
         if frames:
             self._write(b"".join(frames))
         deadline = time.monotonic() + self.confirm_timeout
+        refusal: amqp.exceptions.ChannelError | None = None
         try:
             while self._pending:
                 remaining = deadline - time.monotonic()
@@ -91,8 +162,15 @@ class AmqpPublisher(KombuPublisher):
                     conn.drain_events(timeout=min(remaining, 1.0))
                 except TimeoutError:
                     continue
+                except _REFUSALS as exc:
+                    refusal = exc
+                    break
         finally:
             self._collect(result)
+        if refusal is not None:
+            unconfirmed = [self._pending[tag] for tag in sorted(self._pending)]
+            self._pending.clear()
+            return unconfirmed, refusal
         if self._pending:
             # Silence is the connection's or the broker's fault (a partition, a resource
             # alarm blocking publishers): the attempts are given back and the breaker opens.
@@ -100,6 +178,36 @@ class AmqpPublisher(KombuPublisher):
             raise BrokerUnavailable(
                 f"broker unavailable: no broker confirm within {self.confirm_timeout:g}s"
             )
+        return None
+
+    def _declare_task_route(self, msg: message.OutgoingMessage) -> None:
+        """:meth:`_declare_route` on the declaring channel; a declare the broker refuses (a
+        queue that exists with other arguments) is this message's fault alone."""
+        try:
+            self._declare_route(msg)
+        except _REFUSALS as exc:
+            declarer, self._declarer = self._declarer, None
+            _close_channel(declarer)
+            raise MessageRefused(f"broker refused: {exc.reply_text or describe(exc)}") from exc
+
+    def _declaring_channel(self) -> Any:
+        if self._declarer is None:
+            assert self._conn is not None
+            self._declarer = self._conn.channel()
+        return self._declarer
+
+    def _renew_channel(self) -> None:
+        """Replace the publishing channel after the broker closed it on a refused message
+        (py-amqp reopens it, but without confirm mode and with its delivery tags reset)."""
+        conn, old = self._conn, self._channel
+        assert conn is not None
+        old.events["basic_ack"].discard(self._on_ack)
+        old.events["basic_nack"].discard(self._on_nack)
+        old.events["basic_return"].discard(self._on_return)
+        _close_channel(old)
+        channel = conn.channel()
+        self._confirming(conn, channel)
+        self._channel = channel
 
     def _write(self, data: bytes) -> None:
         """One socket write through py-amqp's transport (which marks it broken on error)."""
@@ -144,6 +252,16 @@ class AmqpPublisher(KombuPublisher):
         # an event's message_id is its event id, a task's its task id.
         outbox_id = str((msg.properties.get("application_headers") or {}).get("outbox_id"))
         self._returned[outbox_id] = f"{unroutable(routing_key, exchange)} ({exc})"
+
+
+def _close_channel(channel: Any) -> None:
+    """Close a channel this publisher gives up, whatever state the broker left it in."""
+    if channel is None:
+        return
+    try:
+        channel.close()
+    except Exception as exc:  # already closed, or the connection went: nothing to give back
+        log.debug("closing a refused channel: %s", describe(exc))
 
 
 def _build(event: ClaimedEvent) -> message.OutgoingMessage:

@@ -90,8 +90,12 @@ class KombuPublisher:
             durable=spec["durable"],
             queue_arguments=spec.get("arguments") or None,
         )
-        queue(self._channel).declare()
+        queue(self._declaring_channel()).declare()
         self._declared.add(spec["queue"])
+
+    def _declaring_channel(self) -> Any:
+        """The channel :meth:`_declare_route` declares on: the publishing one here."""
+        return self._channel
 
     def close(self) -> None:
         """Close the connection; the next publish reconnects."""
