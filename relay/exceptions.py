@@ -72,6 +72,11 @@ class DatabaseUnavailable(StoreError):
 class PublishError(RelayError):
     """The events broker failed."""
 
+    #: Whether the events left unpublished by it are an outage: the connection is dropped and
+    #: the breaker opens. False where the connection is sound and the broker only asked
+    #: publishers to wait (:class:`BrokerBlocked`).
+    outage: bool = True
+
 
 class MessageRefused(PublishError):
     """The events broker refused the message."""
@@ -81,9 +86,6 @@ class BrokerUnavailable(PublishError):
     """The events broker could not be reached."""
 
     retryable = True
-    #: Whether the publisher drops the connection and the breaker opens (an outage); False
-    #: where the connection is sound and the broker only asked publishers to wait.
-    outage: bool = True
 
 
 class BrokerBlocked(BrokerUnavailable):

@@ -60,7 +60,8 @@ MEANING: dict[str, str] = {
     "tick_seconds": "interval of beat's safety-net tick (a Celery message each); set where "
     "nothing notifies, also the longest wait of a relay that polls for rows itself (see below)",
     "confirm_timeout_seconds": "how long a batch waits for broker confirms; silence that long "
-    "is treated as a broker outage (attempts given back)",
+    "is treated as a broker outage (attempts given back). Also the AMQP connect and read "
+    "timeouts and heartbeat (a write stalled 5 s, or this if shorter, is cut)",
     "max_payload_bytes": "largest payload `enqueue` (and `send_task`) accepts, encoded as JSON",
     "queue": "Celery queue of the relay's own tasks (`relay.claim_and_dispatch`, `relay.tick`, "
     "`relay.purge_sent`)",

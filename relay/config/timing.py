@@ -26,6 +26,17 @@ SOFT_LIMIT_SHARE_OF_LEASE = 0.9
 BREAKER_MAX_SECONDS = 60.0
 #: The shortest rest of ``dispatch --loop`` after a broker failure.
 BROKER_REST_MIN_SECONDS = 0.05
+#: A socket write to the broker that makes no progress this long is abandoned (the connection
+#: is dropped): at most this, or the confirm timeout if shorter (relay.publishers.liveness).
+BROKER_WRITE_STALL_MAX_SECONDS = 5.0
+#: While the broker blocks publishing, a publish waits this long for it to unblock, then gives
+#: its batch back, claimable again after ``BROKER_BLOCKED_RETRY_SECONDS``: no breaker opens, so
+#: delivery resumes within about the sum of the two after the alarm clears, and SIGTERM is
+#: obeyed within the first.
+BROKER_BLOCKED_WAIT_SECONDS = 1.0
+BROKER_BLOCKED_RETRY_SECONDS = 1.0
+#: The idle AMQP connection is read and sent heartbeats this many times per heartbeat.
+HEARTBEATS_PER_INTERVAL = 3
 #: First and longest wait between retries of recording outcomes (doubling in between).
 RECORD_RETRY_FIRST_SECONDS, RECORD_RETRY_MAX_SECONDS = 0.05, 2.0
 #: First and longest wait of ``dispatch --loop`` while the database is unreachable.

@@ -249,7 +249,13 @@ class Cycle:
                 reasons[0],
                 f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else "",
             )
-        if result.unavailable:
+        if result.unavailable and result.error is not None and not result.error.outage:
+            # Paused by the broker (a resource alarm), not out: no breaker, a look again soon,
+            # so delivery resumes about as soon as it unblocks; the publisher logged it once.
+            outcome.error = str(result.error)
+            outcome.delay = timing.BROKER_BLOCKED_RETRY_SECONDS
+            report.broker_error = outcome.error
+        elif result.unavailable:
             outcome.error = str(result.error or BrokerUnavailable())
             outcome.delay = self.breaker.record_failure(self.clock())
             report.broker_error = outcome.error

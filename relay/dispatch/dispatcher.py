@@ -46,8 +46,12 @@ class Dispatcher(Cycle):
         if store is None:
             store = DispatchStore.from_settings(s)
         if publisher is None:
+            observer = kwargs.get("observer")
             publisher = publishers.for_url(
-                s.events_connection_url, s.exchange, confirm_timeout=s.confirm_timeout_seconds
+                s.events_connection_url,
+                s.exchange,
+                confirm_timeout=s.confirm_timeout_seconds,
+                on_blocked=None if observer is None else observer.broker_blocked,
             )
         return cls(store, publisher, s, **kwargs)
 

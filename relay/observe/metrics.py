@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from relay.exceptions import ConfigError
@@ -104,6 +104,12 @@ class PrometheusObserver(Observer):
             buckets=_LAG,
             registry=r,
         )
+        self.broker_blocked_gauge = Gauge(
+            "relay_broker_blocked",
+            "1 while the events broker blocks this relay's publishing (a memory or disk alarm).",
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self._children: dict[tuple[int, str, str], Any] = {}
 
     @classmethod
@@ -162,6 +168,9 @@ class PrometheusObserver(Observer):
 
     def lease_lost(self, count: int) -> None:
         self.lease_lost_total.inc(count)
+
+    def broker_blocked(self, reason: str | None) -> None:
+        self.broker_blocked_gauge.set(0 if reason is None else 1)
 
 
 def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:

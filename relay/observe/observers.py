@@ -54,6 +54,9 @@ class Observer:
     def lease_lost(self, count: int) -> None:
         """``count`` rows were reclaimed by another worker before this one published them."""
 
+    def broker_blocked(self, reason: str | None) -> None:
+        """The events broker blocked publishing (``reason``), or unblocked it (None)."""
+
 
 class Observers(Observer):
     """Several observers as one: each hook in turn, ``publish`` nested (first outermost)."""
@@ -77,6 +80,10 @@ class Observers(Observer):
     def lease_lost(self, count: int) -> None:
         for o in self.observers:
             o.lease_lost(count)
+
+    def broker_blocked(self, reason: str | None) -> None:
+        for o in self.observers:
+            o.broker_blocked(reason)
 
 
 def _wrapped(observer: Observer, send: Send) -> Send:

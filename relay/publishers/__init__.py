@@ -14,7 +14,7 @@ factory does, for the kind it builds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from relay.records import ClaimedEvent, PublishResult
@@ -31,8 +31,16 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
-def for_url(url: str, exchange: str, *, confirm_timeout: float = 10.0) -> Publisher:
+def for_url(
+    url: str,
+    exchange: str,
+    *,
+    confirm_timeout: float = 10.0,
+    on_blocked: Callable[[str | None], None] | None = None,
+) -> Publisher:
     """The publisher for a Kombu URL: AMQP with confirms, or a virtual transport's.
+    ``on_blocked`` is told when an AMQP broker blocks publishing (the reason) and unblocks
+    it (None): a gauge.
 
     Registers the relay's transports first (:func:`relay.publishers.transports.register`), so
     ``filesystem://`` is the relay's atomic variant. Connects lazily, on the first publish.
@@ -45,7 +53,7 @@ def for_url(url: str, exchange: str, *, confirm_timeout: float = 10.0) -> Publis
     if kombu.Connection(url).transport_cls in AMQP_TRANSPORTS:
         from relay.publishers.amqp import AmqpPublisher
 
-        return AmqpPublisher(url, exchange, confirm_timeout=confirm_timeout)
+        return AmqpPublisher(url, exchange, confirm_timeout=confirm_timeout, on_blocked=on_blocked)
     from relay.publishers.virtual import VirtualPublisher
 
     return VirtualPublisher(url, exchange, confirm_timeout=confirm_timeout)

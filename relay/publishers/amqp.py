@@ -7,9 +7,11 @@ awaited; ``mandatory`` turns an unroutable message into a ``basic.return``. Rabb
 
 The batch's frames are encoded here (:mod:`relay.publishers.frames`) and written with one
 socket write; py-amqp, through Kombu, still opens the connection (and negotiates
-``frame_max``), declares the exchange, and reads the confirms and returns. A connection the
-broker blocks (a resource alarm) stops reading: the write or the confirms then wait, and the
-confirm timeout turns that into :class:`~relay.exceptions.BrokerUnavailable`.
+``frame_max``), declares the exchange, and reads the confirms and returns. Every call on the
+connection has a deadline and an idle connection is kept alive by heartbeats
+(:mod:`relay.publishers.liveness`). A broker that blocks publishing (a resource alarm,
+``connection.blocked``) gets no more writes: the batch is given back as
+:class:`~relay.exceptions.BrokerBlocked` and the connection kept to hear the unblock.
 
 A message the broker refuses alone (a 406 for its size, a 404 for a task's exchange) closes the
 channel, not the connection, and the close does not say which message it was: the messages
@@ -29,9 +31,10 @@ from typing import Any
 import amqp.exceptions
 import kombu
 
-from relay.exceptions import BrokerUnavailable, MessageRefused, PublishError
+from relay.config import timing
+from relay.exceptions import BrokerBlocked, BrokerUnavailable, MessageRefused, PublishError
 from relay.ordering import RunGuard
-from relay.publishers import message
+from relay.publishers import liveness, message
 from relay.publishers.base import KombuPublisher, describe, unroutable
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult
@@ -40,12 +43,12 @@ log = logging.getLogger(__name__)
 
 #: Raised while encoding one message (``struct.error``: a short string over 255 bytes).
 _ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
-#: The broker's refusals of one message (DESIGN.md §3.1): it closes the channel, not the
-#: connection. 406 PRECONDITION_FAILED (over ``max_message_size``; a queue declared with other
-#: arguments), 404 NOT_FOUND (a task's exchange; the relay's own is redeclared instead), 311
-#: CONTENT_TOO_LARGE. 403 ACCESS_REFUSED is left out on purpose: a permission is the
-#: deployment's, not the row's, and dead-lettering rows while an operator fixes a user's
-#: permissions would lose them to a typo; it stays an outage that burns no attempt.
+#: The broker's refusals of one message (the row's fault, docs/guarantees.md): it closes the
+#: channel, not the connection. 406 PRECONDITION_FAILED (over ``max_message_size``; a queue
+#: declared with other arguments), 404 NOT_FOUND (a task's exchange; the relay's own is
+#: redeclared instead), 311 CONTENT_TOO_LARGE. 403 ACCESS_REFUSED is left out on purpose: a
+#: permission is the deployment's, not the row's, and dead-lettering rows while an operator
+#: fixes a user's permissions would lose them to a typo; it stays an outage that burns nothing.
 _REFUSALS = (
     amqp.exceptions.PreconditionFailed,
     amqp.exceptions.NotFound,
@@ -59,8 +62,19 @@ _Refusal = tuple[list[ClaimedEvent], amqp.exceptions.ChannelError]
 class AmqpPublisher(KombuPublisher):
     """Publishes a batch on a confirm-mode channel, then awaits the batch's confirms."""
 
-    def __init__(self, url: str, exchange: str, *, confirm_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        exchange: str,
+        *,
+        confirm_timeout: float = 10.0,
+        on_blocked: liveness.OnBlocked | None = None,
+    ) -> None:
         super().__init__(url, exchange, confirm_timeout=confirm_timeout)
+        #: Why the broker blocked this connection; None while it takes publishes.
+        self._paused: str | None = None
+        self._blocked = liveness.BlockedState(on_blocked)
+        self._pump: liveness.HeartbeatPump | None = None
         self._next_tag = 1
         self._pending: dict[int, ClaimedEvent] = {}
         #: No tag below this is pending: a ``multiple`` confirm settles from here up.
@@ -73,9 +87,78 @@ class AmqpPublisher(KombuPublisher):
         #: never the publishing channel and its unconfirmed messages.
         self._declarer: Any = None
 
+    def _connection_options(self) -> dict[str, Any]:
+        return liveness.connection_options(self.confirm_timeout)
+
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
         self._declarer = None
+        self._paused = None  # a new connection is blocked only once the broker says so
         self._confirming(conn, channel)
+        amqp_conn: Any = conn.connection
+        liveness.listen_for_blocks(amqp_conn, self._on_blocked, self._on_unblocked)
+        if self._pump is not None:
+            self._pump.stop()
+        interval = max(1, amqp_conn.heartbeat or 0) / timing.HEARTBEATS_PER_INTERVAL
+        self._pump = liveness.HeartbeatPump(self._idle, self._lock, interval).start()
+
+    def _on_blocked(self, reason: str) -> None:
+        self._paused = reason
+        self._blocked.blocked(reason)
+
+    def _on_unblocked(self) -> None:
+        self._paused = None
+        self._blocked.unblocked()
+
+    def _idle(self) -> None:
+        """Between publishes (the heartbeat pump): read what the broker sent (heartbeats,
+        ``unblocked``, late confirms of a batch given up) and send a heartbeat when due; a
+        connection found dead is closed, and the next publish reconnects."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            with self._translated():
+                self._read_pending(0.0)
+                conn.heartbeat_check(rate=timing.HEARTBEATS_PER_INTERVAL)
+        except BrokerUnavailable as exc:
+            log.warning("%s (idle connection); reconnecting at the next publish", exc)
+            self.close()
+
+    def _read_pending(self, seconds: float) -> None:
+        """Handle what the broker sent, for up to ``seconds`` (0: only what has arrived)."""
+        assert self._conn is not None
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    return
+
+    def _await_unblock(self) -> None:
+        """While the broker blocks this connection, write nothing: wait a moment for
+        ``unblocked``, else give the batch back (no attempt spent, no breaker)."""
+        self._read_pending(0.0)
+        deadline = time.monotonic() + timing.BROKER_BLOCKED_WAIT_SECONDS
+        while self._paused is not None and time.monotonic() < deadline:
+            try:
+                assert self._conn is not None
+                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                pass
+        if self._paused is not None:
+            raise BrokerBlocked(f"broker blocked publishing: {self._paused}")
+
+    def _release(self, conn: kombu.Connection) -> None:
+        if self._pump is not None:
+            self._pump.stop()
+            self._pump = None
+        if self._paused is not None:
+            # A blocked broker reads nothing, so it would never answer connection.close:
+            # drop the socket instead of waiting a read timeout for its close-ok.
+            conn.collect()
+            return
+        super()._release(conn)
 
     def _confirming(self, conn: kombu.Connection, channel: Any) -> None:
         """Put ``channel`` in confirm mode, listened to by this publisher."""
@@ -88,14 +171,16 @@ class AmqpPublisher(KombuPublisher):
         self._encoder = BatchEncoder(channel.channel_id, self.exchange.name, amqp_conn.frame_max)
 
     def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
+        self._await_unblock()
         guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
         todo = events
         while todo:
             refused = self._publish_window(todo, result, guard)
             if refused is None:
-                return
+                break
             self._renew_channel()
             todo = self._isolate(refused[0], result, guard)
+        self._blocked.unblocked()  # the broker took this batch: any alarm is over
 
     def _isolate(
         self, unconfirmed: list[ClaimedEvent], result: PublishResult, guard: RunGuard
@@ -161,16 +246,24 @@ class AmqpPublisher(KombuPublisher):
                 try:
                     conn.drain_events(timeout=min(remaining, 1.0))
                 except TimeoutError:
+                    conn.heartbeat_check(rate=timing.HEARTBEATS_PER_INTERVAL)
                     continue
                 except _REFUSALS as exc:
                     refusal = exc
                     break
+                if self._paused is not None:
+                    break  # blocked: no confirm comes until the alarm clears
         finally:
             self._collect(result)
         if refusal is not None:
             unconfirmed = [self._pending[tag] for tag in sorted(self._pending)]
             self._pending.clear()
             return unconfirmed, refusal
+        if self._pending and self._paused is not None:
+            # Written before the broker said it blocks publishing: they may reach the queues
+            # once it unblocks, and are given back (sent again later, as duplicates).
+            self._pending.clear()
+            raise BrokerBlocked(f"broker blocked publishing: {self._paused}")
         if self._pending:
             # Silence is the connection's or the broker's fault (a partition, a resource
             # alarm blocking publishers): the attempts are given back and the breaker opens.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import kombu
 import kombu.exceptions
 
 from relay.config.urls import redact
-from relay.exceptions import BrokerUnavailable, ConfigError, PublishError
+from relay.exceptions import BrokerBlocked, BrokerUnavailable, ConfigError, PublishError
 from relay.publishers import message, transports
 from relay.records import ClaimedEvent, PublishResult
 
@@ -39,6 +40,8 @@ class KombuPublisher:
         self._channel: Any = None
         #: Task queues declared on this connection (see :meth:`_declare_route`).
         self._declared: set[str] = set()
+        #: Held while the connection is in use: a publish, a close, a heartbeat.
+        self._lock = threading.RLock()
 
     # -- for subclasses --------------------------------------------------------------------
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
@@ -47,12 +50,18 @@ class KombuPublisher:
     def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
         raise NotImplementedError
 
+    def _connection_options(self) -> dict[str, Any]:
+        """``kombu.Connection`` keywords besides the URL: the deadlines of its calls."""
+        return {"connect_timeout": self.confirm_timeout}
+
     # -- connection ------------------------------------------------------------------------
     def _connect(self) -> None:
+        options = self._connection_options()
+        own = options.pop("transport_options", {})
         conn = kombu.Connection(
             self.url,
-            connect_timeout=self.confirm_timeout,
-            transport_options=transports.transport_options(self.url),
+            transport_options={**transports.transport_options(self.url), **own},
+            **options,
         )
         try:
             conn.ensure_connection(max_retries=1)
@@ -68,9 +77,10 @@ class KombuPublisher:
     def connect(self) -> None:
         """Open the connection now instead of at the first publish (a failure raises
         :class:`~relay.exceptions.BrokerUnavailable`)."""
-        if self._conn is None:
-            with self._translated():
-                self._connect()
+        with self._lock:
+            if self._conn is None:
+                with self._translated():
+                    self._connect()
 
     def _declare_route(self, msg: message.OutgoingMessage) -> None:
         """Declare a Celery task's queue (and its exchange) once per connection, as
@@ -99,9 +109,13 @@ class KombuPublisher:
 
     def close(self) -> None:
         """Close the connection; the next publish reconnects."""
-        conn, self._conn, self._channel = self._conn, None, None
-        if conn is not None:
-            close_quietly(conn)
+        with self._lock:
+            conn, self._conn, self._channel = self._conn, None, None
+            if conn is not None:
+                self._release(conn)
+
+    def _release(self, conn: kombu.Connection) -> None:
+        close_quietly(conn)
 
     def _translated(self) -> contextlib.AbstractContextManager[None]:
         """Kombu's and the client's connection and channel errors -> BrokerUnavailable."""
@@ -110,6 +124,10 @@ class KombuPublisher:
     # -- publishing ------------------------------------------------------------------------
     def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
         """Publish ``events`` and report the broker's verdict on each."""
+        with self._lock:
+            return self._publish(events)
+
+    def _publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
         result = PublishResult()
         todo = list(events)
         for round_ in (1, 2):
@@ -120,12 +138,16 @@ class KombuPublisher:
                 with self._translated():
                     self._publish_batch(todo, result)
                 todo = []
+            except BrokerBlocked as exc:
+                # The broker paused publishing: the connection is sound and is the one that
+                # will hear the unblock; another would not help. The rest is given back.
+                result.error = exc
+                todo = self._not_done(todo, result)
+                break
             except PublishError as exc:
                 self.close()
                 result.error = exc
-                done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
-                done |= {e.id for e in result.withheld}
-                todo = [e for e in todo if e.id not in done]
+                todo = self._not_done(todo, result)
                 if not exc.retryable:
                     break
                 if round_ == 1:
@@ -134,6 +156,13 @@ class KombuPublisher:
         if not result.unavailable:
             result.error = None
         return result
+
+    @staticmethod
+    def _not_done(todo: list[ClaimedEvent], result: PublishResult) -> list[ClaimedEvent]:
+        """``todo`` without the events ``result`` already has a verdict on."""
+        done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
+        done |= {e.id for e in result.withheld}
+        return [e for e in todo if e.id not in done]
 
 
 def kombu_message(channel: Any, msg: message.OutgoingMessage) -> Any:

@@ -1,6 +1,7 @@
-"""A message the broker refuses alone (DESIGN.md §3.1) fails alone: the AMQP publisher against
-a throw-away RabbitMQ node with ``max_message_size`` at 1 MiB, and the shared broker for the
-refusals that need no reconfiguration (a task's missing exchange, a conflicting queue)."""
+"""A message the broker refuses alone (the row's fault, not the connection's) fails alone:
+the AMQP publisher against a throw-away RabbitMQ node with ``max_message_size`` at 1 MiB, and
+the shared broker for the refusals that need no reconfiguration (a task's missing exchange, a
+conflicting queue declare)."""
 
 from __future__ import annotations
 

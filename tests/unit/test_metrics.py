@@ -79,3 +79,18 @@ def test_counters_carry_each_events_source() -> None:
     value = registry.get_sample_value
     assert value("relay_events_sent_total", {"source": "/shop/orders", "event_type": "t"}) == 1
     assert value("relay_events_sent_total", {"source": "/shop/billing", "event_type": "t"}) == 1
+
+
+def test_broker_blocked_gauge_follows_the_publishers_hook() -> None:
+    """``relay_broker_blocked`` is 1 from the broker's block to its unblock, else 0."""
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+
+    def blocked() -> float | None:
+        return registry.get_sample_value("relay_broker_blocked")
+
+    assert blocked() == 0
+    observer.broker_blocked("low on memory")
+    assert blocked() == 1
+    observer.broker_blocked(None)
+    assert blocked() == 0
