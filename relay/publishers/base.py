@@ -42,6 +42,8 @@ class KombuPublisher:
         self._declared: set[str] = set()
         #: Held while the connection is in use: a publish, a close, a heartbeat.
         self._lock = threading.RLock()
+        #: Of a failover URL's nodes, the one the next connection tries first.
+        self._node = 0
 
     # -- for subclasses --------------------------------------------------------------------
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
@@ -58,13 +60,19 @@ class KombuPublisher:
     def _connect(self) -> None:
         options = self._connection_options()
         own = options.pop("transport_options", {})
+        nodes = failover_order(self.url, self._node)
         conn = kombu.Connection(
-            self.url,
+            ";".join(nodes),
             transport_options={**transports.transport_options(self.url), **own},
             **options,
         )
+        failed: list[BaseException] = []
         try:
-            conn.ensure_connection(max_retries=1)
+            # A failover URL (``amqp://a;amqp://b``): Kombu tries each node once, in turn,
+            # moving on after each failure without a pause; a single URL is retried once.
+            conn.ensure_connection(
+                max_retries=max(1, len(nodes) - 1), errback=lambda exc, _: failed.append(exc)
+            )
             channel: Any = conn.channel()
             self.exchange(channel).declare()
             self._setup(conn, channel)
@@ -73,6 +81,10 @@ class KombuPublisher:
             raise
         self._conn, self._channel = conn, channel
         self._declared = set()
+        if len(nodes) > 1:
+            # The next connection starts at this node, not at a dead first one.
+            self._node = (self._node + len(failed)) % len(nodes)
+            log.info("connected to broker node %s", redact(nodes[len(failed) % len(nodes)]))
 
     def connect(self) -> None:
         """Open the connection now instead of at the first publish (a failure raises
@@ -163,6 +175,13 @@ class KombuPublisher:
         done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
         done |= {e.id for e in result.withheld}
         return [e for e in todo if e.id not in done]
+
+
+def failover_order(url: str, first: int) -> list[str]:
+    """The nodes of a Kombu failover URL (``amqp://a;amqp://b``), starting at ``first``."""
+    nodes = [u.strip() for u in url.split(";") if u.strip()] or [url]
+    first %= len(nodes)
+    return nodes[first:] + nodes[:first]
 
 
 def kombu_message(channel: Any, msg: message.OutgoingMessage) -> Any:

@@ -1,6 +1,7 @@
 """A broker that blocks publishing (``connection.blocked``: a memory alarm on a throw-away
 RabbitMQ node) pauses the AMQP publisher, which writes nothing, gives its batch back quickly
-and keeps the connection to hear the unblock; every call on the connection has a deadline."""
+and keeps the connection to hear the unblock; every call on the connection has a deadline;
+a failover URL is honoured."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from relay.publishers.amqp import AmqpPublisher
 from relay.records import ClaimedEvent
 from tests.support.broker import Collector
 from tests.support.rabbitserver import RabbitNode, throwaway_node
+from tools.pgserver import free_port
 
 CREATED = datetime(2026, 12, 6, 6, 0, tzinfo=UTC)
 
@@ -81,3 +83,23 @@ def test_a_blocked_broker_pauses_publishing_and_the_unblock_resumes_it(
     finally:
         publisher.close()
         collector.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_failover_url_connects_to_the_first_node_that_answers_and_stays_there(
+    amqp_url: str, exchange_name: str, collector: Collector
+) -> None:
+    """``amqp://dead;amqp://live`` (Kombu's failover syntax): the publisher skips the refused
+    node without a pause, publishes on the live one, and reconnects there first."""
+    dead = f"amqp://guest:guest@127.0.0.1:{free_port()}//"
+    publisher = AmqpPublisher(f"{dead};{amqp_url}", exchange_name, confirm_timeout=5)
+    try:
+        started = time.monotonic()
+        assert [e.id for e in publisher.publish([_event(1)]).confirmed] == [1]
+        assert time.monotonic() - started < 5, "the refused node cost a retry pause"
+        publisher.close()
+        assert [e.id for e in publisher.publish([_event(2)]).confirmed] == [2]
+        assert publisher._node == 1
+    finally:
+        publisher.close()
+    assert {m.outbox_id for m in collector.drain(2, timeout=10)} == {1, 2}

@@ -1,5 +1,6 @@
-"""The publisher's blocked state, pure: each episode logged once with the broker's reason, the
-gauge hook told of its start and end, and a paused relay never opens the breaker."""
+"""The publisher's connection policy, pure: each blocked episode logged once with the broker's
+reason, the gauge hook told of its start and end, a paused relay never opens the breaker, and a
+failover URL's nodes tried from the last good one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import pytest
 
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, PublishError
+from relay.publishers.base import failover_order
 from relay.publishers.liveness import BlockedState
 
 
@@ -43,3 +45,19 @@ def test_what_a_broker_error_means_is_its_class(
     """A blocked broker is retryable but no outage: no breaker, no reconnect."""
     assert error.outage is outage
     assert error.retryable is retryable
+
+
+@pytest.mark.parametrize(
+    ("url", "first", "order"),
+    [
+        ("amqp://a//", 0, ["amqp://a//"]),
+        ("amqp://a//", 3, ["amqp://a//"]),
+        ("amqp://a//;amqp://b//", 0, ["amqp://a//", "amqp://b//"]),
+        ("amqp://a//;amqp://b//", 1, ["amqp://b//", "amqp://a//"]),
+        ("amqp://a//; amqp://b//;amqp://c//", 2, ["amqp://c//", "amqp://a//", "amqp://b//"]),
+    ],
+)
+def test_failover_nodes_start_at_the_last_good_one(url: str, first: int, order: list[str]) -> None:
+    """Kombu's ``;`` list, rotated so a reconnect tries the node that worked before the
+    dead first one."""
+    assert failover_order(url, first) == order
