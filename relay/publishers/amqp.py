@@ -35,7 +35,7 @@ from relay.config import timing
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, MessageRefused, PublishError
 from relay.ordering import RunGuard
 from relay.publishers import liveness, message
-from relay.publishers.base import KombuPublisher, describe, unroutable
+from relay.publishers.base import describe, unroutable
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult
 
@@ -59,7 +59,7 @@ _REFUSALS = (
 _Refusal = tuple[list[ClaimedEvent], amqp.exceptions.ChannelError]
 
 
-class AmqpPublisher(KombuPublisher):
+class AmqpPublisher(liveness.WatchedPublisher):
     """Publishes a batch on a confirm-mode channel, then awaits the batch's confirms."""
 
     def __init__(
@@ -70,11 +70,7 @@ class AmqpPublisher(KombuPublisher):
         confirm_timeout: float = 10.0,
         on_blocked: liveness.OnBlocked | None = None,
     ) -> None:
-        super().__init__(url, exchange, confirm_timeout=confirm_timeout)
-        #: Why the broker blocked this connection; None while it takes publishes.
-        self._paused: str | None = None
-        self._blocked = liveness.BlockedState(on_blocked)
-        self._pump: liveness.HeartbeatPump | None = None
+        super().__init__(url, exchange, confirm_timeout=confirm_timeout, on_blocked=on_blocked)
         self._next_tag = 1
         self._pending: dict[int, ClaimedEvent] = {}
         #: No tag below this is pending: a ``multiple`` confirm settles from here up.
@@ -87,78 +83,10 @@ class AmqpPublisher(KombuPublisher):
         #: never the publishing channel and its unconfirmed messages.
         self._declarer: Any = None
 
-    def _connection_options(self) -> dict[str, Any]:
-        return liveness.connection_options(self.confirm_timeout)
-
     def _setup(self, conn: kombu.Connection, channel: Any) -> None:
+        super()._setup(conn, channel)
         self._declarer = None
-        self._paused = None  # a new connection is blocked only once the broker says so
         self._confirming(conn, channel)
-        amqp_conn: Any = conn.connection
-        liveness.listen_for_blocks(amqp_conn, self._on_blocked, self._on_unblocked)
-        if self._pump is not None:
-            self._pump.stop()
-        interval = max(1, amqp_conn.heartbeat or 0) / timing.HEARTBEATS_PER_INTERVAL
-        self._pump = liveness.HeartbeatPump(self._idle, self._lock, interval).start()
-
-    def _on_blocked(self, reason: str) -> None:
-        self._paused = reason
-        self._blocked.blocked(reason)
-
-    def _on_unblocked(self) -> None:
-        self._paused = None
-        self._blocked.unblocked()
-
-    def _idle(self) -> None:
-        """Between publishes (the heartbeat pump): read what the broker sent (heartbeats,
-        ``unblocked``, late confirms of a batch given up) and send a heartbeat when due; a
-        connection found dead is closed, and the next publish reconnects."""
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            with self._translated():
-                self._read_pending(0.0)
-                conn.heartbeat_check(rate=timing.HEARTBEATS_PER_INTERVAL)
-        except BrokerUnavailable as exc:
-            log.warning("%s (idle connection); reconnecting at the next publish", exc)
-            self.close()
-
-    def _read_pending(self, seconds: float) -> None:
-        """Handle what the broker sent, for up to ``seconds`` (0: only what has arrived)."""
-        assert self._conn is not None
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    return
-
-    def _await_unblock(self) -> None:
-        """While the broker blocks this connection, write nothing: wait a moment for
-        ``unblocked``, else give the batch back (no attempt spent, no breaker)."""
-        self._read_pending(0.0)
-        deadline = time.monotonic() + timing.BROKER_BLOCKED_WAIT_SECONDS
-        while self._paused is not None and time.monotonic() < deadline:
-            try:
-                assert self._conn is not None
-                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
-            except TimeoutError:
-                pass
-        if self._paused is not None:
-            raise BrokerBlocked(f"broker blocked publishing: {self._paused}")
-
-    def _release(self, conn: kombu.Connection) -> None:
-        if self._pump is not None:
-            self._pump.stop()
-            self._pump = None
-        if self._paused is not None:
-            # A blocked broker reads nothing, so it would never answer connection.close:
-            # drop the socket instead of waiting a read timeout for its close-ok.
-            conn.collect()
-            return
-        super()._release(conn)
 
     def _confirming(self, conn: kombu.Connection, channel: Any) -> None:
         """Put ``channel`` in confirm mode, listened to by this publisher."""

@@ -9,6 +9,7 @@
 - :class:`HeartbeatPump`: py-amqp sends heartbeats only when asked; while the publisher is idle
   this thread reads what the broker sent (heartbeats, ``unblocked``) and answers, so an idle
   relay keeps its connection and a dead one is noticed before the next batch needs it.
+- :class:`WatchedPublisher`: the three together, under the AMQP publisher.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import kombu
+
 from relay.config import timing
+from relay.exceptions import BrokerBlocked, BrokerUnavailable
+from relay.publishers.base import KombuPublisher
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +128,96 @@ class HeartbeatPump:
                 log.warning("broker heartbeat failed: %s", exc)
             finally:
                 self._lock.release()
+
+
+class WatchedPublisher(KombuPublisher):
+    """A Kombu publisher on AMQP whose connection is watched: every call bounded
+    (:func:`connection_options`), heartbeats kept up while idle (:class:`HeartbeatPump`), and
+    the broker's blocks obeyed (:class:`BlockedState`): while blocked nothing is written and a
+    batch is given back as :class:`~relay.exceptions.BrokerBlocked` within
+    ``BROKER_BLOCKED_WAIT_SECONDS``. Subclasses call :meth:`_await_unblock` before writing."""
+
+    def __init__(
+        self,
+        url: str,
+        exchange: str,
+        *,
+        confirm_timeout: float = 10.0,
+        on_blocked: OnBlocked | None = None,
+    ) -> None:
+        super().__init__(url, exchange, confirm_timeout=confirm_timeout)
+        #: Why the broker blocked this connection; None while it takes publishes.
+        self._paused: str | None = None
+        self._blocked = BlockedState(on_blocked)
+        self._pump: HeartbeatPump | None = None
+
+    def _connection_options(self) -> dict[str, Any]:
+        return connection_options(self.confirm_timeout)
+
+    def _setup(self, conn: kombu.Connection, channel: Any) -> None:
+        self._paused = None  # a new connection is blocked only once the broker says so
+        amqp_conn: Any = conn.connection
+        listen_for_blocks(amqp_conn, self._on_blocked, self._on_unblocked)
+        if self._pump is not None:
+            self._pump.stop()
+        interval = max(1, amqp_conn.heartbeat or 0) / timing.HEARTBEATS_PER_INTERVAL
+        self._pump = HeartbeatPump(self._idle, self._lock, interval).start()
+
+    def _on_blocked(self, reason: str) -> None:
+        self._paused = reason
+        self._blocked.blocked(reason)
+
+    def _on_unblocked(self) -> None:
+        self._paused = None
+        self._blocked.unblocked()
+
+    def _idle(self) -> None:
+        """Between publishes (the heartbeat pump): read what the broker sent (heartbeats,
+        ``unblocked``, late confirms of a batch given up) and send a heartbeat when due; a
+        connection found dead is closed, and the next publish reconnects."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            with self._translated():
+                self._read_pending(0.0)
+                conn.heartbeat_check(rate=timing.HEARTBEATS_PER_INTERVAL)
+        except BrokerUnavailable as exc:
+            log.warning("%s (idle connection); reconnecting at the next publish", exc)
+            self.close()
+
+    def _read_pending(self, seconds: float) -> None:
+        """Handle what the broker sent, for up to ``seconds`` (0: only what has arrived)."""
+        assert self._conn is not None
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    return
+
+    def _await_unblock(self) -> None:
+        """While the broker blocks this connection, write nothing: wait a moment for
+        ``unblocked``, else give the batch back (no attempt spent, no breaker)."""
+        self._read_pending(0.0)
+        deadline = time.monotonic() + timing.BROKER_BLOCKED_WAIT_SECONDS
+        while self._paused is not None and time.monotonic() < deadline:
+            try:
+                assert self._conn is not None
+                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                pass
+        if self._paused is not None:
+            raise BrokerBlocked(f"broker blocked publishing: {self._paused}")
+
+    def _release(self, conn: kombu.Connection) -> None:
+        if self._pump is not None:
+            self._pump.stop()
+            self._pump = None
+        if self._paused is not None:
+            # A blocked broker reads nothing, so it would never answer connection.close:
+            # drop the socket instead of waiting a read timeout for its close-ok.
+            conn.collect()
+            return
+        super()._release(conn)
