@@ -77,6 +77,8 @@ class AmqpPublisher(liveness.WatchedPublisher):
         self._floor = 1
         self._acked: list[ClaimedEvent] = []
         self._nacked: list[ClaimedEvent] = []
+        #: Nacks in the batch being published (see :meth:`_publish_batch`).
+        self._nacks = 0
         self._returned: dict[str, str] = {}
         self._encoder: BatchEncoder | None = None
         #: The channel task queues are declared on: a declare the broker refuses closes it,
@@ -100,6 +102,7 @@ class AmqpPublisher(liveness.WatchedPublisher):
 
     def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
         self._await_unblock()
+        self._nacks = 0
         guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
         todo = events
         while todo:
@@ -109,6 +112,11 @@ class AmqpPublisher(liveness.WatchedPublisher):
             self._renew_channel()
             todo = self._isolate(refused[0], result, guard)
         self._blocked.unblocked()  # the broker took this batch: any alarm is over
+        if self._nacks:
+            # A nack is the queue's trouble more than the message's: a channel that first
+            # published to a quorum queue while its leader was being elected kept nacking every
+            # message after the election (RabbitMQ 3.10, measured). A fresh channel asks afresh.
+            self._renew_channel()
 
     def _isolate(
         self, unconfirmed: list[ClaimedEvent], result: PublishResult, guard: RunGuard
@@ -247,6 +255,7 @@ class AmqpPublisher(liveness.WatchedPublisher):
             else:
                 result.rejected.append((event, reason))
         result.rejected.extend((e, "broker refused the message (basic.nack)") for e in self._nacked)
+        self._nacks += len(self._nacked)
         self._acked, self._nacked = [], []
 
     def _settle(self, delivery_tag: int, multiple: bool, into: list[ClaimedEvent]) -> None:

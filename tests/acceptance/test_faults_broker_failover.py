@@ -15,6 +15,7 @@ from typing import cast
 import pytest
 import sqlalchemy as sa
 
+from relay.store.schema import outbox
 from tests.support.broker import Collector, Received
 from tests.support.env import wait_until
 from tests.support.fleet import (
@@ -27,7 +28,7 @@ from tests.support.fleet import (
     ids_with_status,
     report,
 )
-from tests.support.rabbitserver import RabbitNode, throwaway_node
+from tests.support.rabbitserver import RabbitNode, throwaway_cluster, throwaway_node
 
 WORKERS = 2
 BATCH_MAX = 200
@@ -122,6 +123,82 @@ def test_killing_the_connected_node_fails_over_to_the_next_and_loses_nothing(
         events=result.events,
         resume_after_kill_s=resume_s,
         since_kill_s=time.monotonic() - killed,
+        final_drain_s=drain_s,
+        duplicates=result.duplicates,
+        bound=bound,
+        failed=result.statuses.get("failed", 0),
+    )
+    assert resume_s <= RESUME_BOUND_SECONDS, f"delivery resumed {resume_s:.1f}s after the kill"
+
+
+@pytest.fixture
+def cluster() -> Iterator[list[RabbitNode]]:
+    with throwaway_cluster(3) as nodes:
+        yield nodes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_quorum_queue_on_a_three_node_cluster_loses_nothing_when_the_relays_node_dies(
+    pg_url: str, cluster: list[RabbitNode], exchange_name: str, engine: sa.Engine, tmp_path: Path
+) -> None:
+    """The issue's cluster case: a quorum queue (three replicas, its leader on node a, where
+    it was declared) and two relays on ``amqp://a;amqp://b;amqp://c`` connected to a; a is
+    SIGKILLed mid-drain: the queue elects a leader among the two left, the relays reconnect to
+    b and go on, and every committed event is in the queue (read from c). Three nodes, not
+    two: a quorum queue of two replicas has no majority once one is gone.
+
+    While the queue elects its new leader RabbitMQ nacks the publishes to it (measured: about a
+    second of nacks); a nack is a failed attempt (the message contract), so the relays run with
+    the default RELAY_MAX_ATTEMPTS and a backoff that rides that out: nothing is dead-lettered.
+    """
+    a, _, c = cluster
+    quorum = {"x-queue-type": "quorum"}
+    Collector(a.url, exchange_name, queue_arguments=quorum).close(delete=False)
+    with ExitStack() as stack:
+        on_c = Collector(c.url, exchange_name, queue_arguments=quorum)
+        stack.callback(on_c.close)
+        url = ";".join(n.url for n in cluster)
+        env = fleet_env(
+            pg_url,
+            url,
+            exchange_name,
+            batch_max=BATCH_MAX,
+            max_attempts=10,
+            backoff_base_seconds=0.5,
+            backoff_max_seconds=5,
+        )
+        fleet = Fleet(env, tmp_path)
+        stack.callback(fleet.stop)
+        producer = SteadyProducer(engine, total=6000, seconds=20.0)
+        fleet.start(WORKERS)
+        producer.start()
+        wait_until(lambda: len(ids_with_status(engine, "sent")) >= 1000, 60, "1000 rows sent")
+        a.kill()
+        sent_at_kill = len(ids_with_status(engine, "sent"))
+        resume_s = wait_until(
+            lambda: len(ids_with_status(engine, "sent")) > sent_at_kill + 100,
+            60,
+            "delivery to resume on the cluster's other nodes",
+        )
+        committed = producer.join()
+        drain_s = wait_until(lambda: drained(engine), 120, "the drain after the failover")
+        assert all(w.alive() for w in fleet.workers), fleet.logs()
+        bound = WORKERS * IN_FLIGHT_BATCHES * BATCH_MAX
+        result = audit_delivery(engine, on_c, committed, duplicate_bound=bound)
+        with engine.connect() as conn:
+            most_attempts = conn.execute(sa.select(sa.func.max(outbox.c.attempt))).scalar_one()
+            retried = conn.execute(
+                sa.select(sa.func.count()).where(outbox.c.attempt > 1)
+            ).scalar_one()
+        codes = fleet.stop()
+    assert set(codes.values()) == {0}, fleet.failures(codes)
+    report(
+        "broker-cluster-failover",
+        events=result.events,
+        rows_nacked_and_retried=retried,
+        most_attempts=most_attempts,
+        resume_after_kill_s=resume_s,
         final_drain_s=drain_s,
         duplicates=result.duplicates,
         bound=bound,

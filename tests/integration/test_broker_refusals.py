@@ -202,3 +202,29 @@ def test_the_relays_own_exchange_deleted_is_redeclared_not_blamed_on_a_row(
     assert result.unavailable == []
     assert sorted(e.id for e, _ in result.rejected) == [2, 3]
     assert all(reason.startswith("unroutable") for _, reason in result.rejected)
+
+
+@pytest.mark.timeout(60)
+def test_a_nacked_batch_fails_its_messages_and_the_next_goes_out_on_a_fresh_channel(
+    amqp_url: str, exchange_name: str
+) -> None:
+    """A full queue with ``reject-publish`` nacks: each nacked message is a failed attempt
+    (the contract), and the publisher renews its channel after nacks (a channel RabbitMQ once
+    nacked for a quorum queue's election kept nacking), so the next batch is confirmed."""
+    limited = {"x-max-length": 1, "x-overflow": "reject-publish"}
+    collector = Collector(amqp_url, exchange_name, queue_arguments=limited)
+    publisher = AmqpPublisher(amqp_url, exchange_name, confirm_timeout=10)
+    try:
+        publisher.connect()
+        channel = publisher._channel
+        first = publisher.publish([_event(1), _event(2), _event(3)])
+        assert publisher._channel is not channel, "the channel was kept after nacks"
+        assert [e.id for e in first.confirmed] == [1]
+        assert sorted(e.id for e, _ in first.rejected) == [2, 3]
+        assert {r for _, r in first.rejected} == {"broker refused the message (basic.nack)"}
+        assert _arrived(collector, {1}) == {1}  # the queue has room again
+        second = publisher.publish([_event(4)])
+        assert [e.id for e in second.confirmed] == [4]
+    finally:
+        publisher.close()
+        collector.close()

@@ -35,14 +35,25 @@ class Received:
 class Collector:
     """Binds a durable queue to ``exchange`` with ``binding_key`` and collects what arrives."""
 
-    def __init__(self, url: str, exchange: str, binding_key: str = "#", queue: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        exchange: str,
+        binding_key: str = "#",
+        queue: str | None = None,
+        queue_arguments: dict[str, Any] | None = None,
+    ):
         self.url = url
         self.exchange = kombu.Exchange(exchange, type="topic", durable=True)
         self.queue_name = queue or f"{exchange}.q"
         self.conn = kombu.Connection(url)
         self.channel = self.conn.channel()
         self.queue = kombu.Queue(
-            self.queue_name, self.exchange, routing_key=binding_key, durable=True
+            self.queue_name,
+            self.exchange,
+            routing_key=binding_key,
+            durable=True,
+            queue_arguments=queue_arguments,
         )(self.channel)
         self.queue.declare()
         self.received: list[Received] = []

@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -46,8 +46,12 @@ def find_sbin() -> Path | None:
 class RabbitNode:
     """One RabbitMQ node in ``root``, its AMQP listener on 127.0.0.1:``port`` only."""
 
-    def __init__(self, sbin: Path, root: Path, config: Mapping[str, str]) -> None:
+    def __init__(
+        self, sbin: Path, root: Path, config: Mapping[str, str], cookie: str | None = None
+    ) -> None:
         self.sbin = sbin
+        #: The Erlang cookie: nodes of one cluster (and their rabbitmqctl) share it.
+        self.cookie = cookie
         self.root = root
         self.port = free_port()
         self.dist_port = free_port()
@@ -80,6 +84,11 @@ class RabbitNode:
         """Boot the node and wait until its AMQP port accepts a connection."""
         for name in ("home", "mnesia", "log"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
+        if self.cookie is not None:
+            cookie = self.root / "home" / ".erlang.cookie"
+            if not cookie.exists():
+                cookie.write_text(self.cookie)
+                cookie.chmod(0o400)
         (self.root / "enabled_plugins").write_text("[].\n")
         (self.root / "advanced.config").write_text("[].\n")
         lines = [f"{key} = {value}" for key, value in self.config.items()]
@@ -125,6 +134,12 @@ class RabbitNode:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
+    def join(self, other: RabbitNode) -> None:
+        """Join ``other``'s cluster (this node must be fresh; both share a cookie)."""
+        self.ctl("stop_app")
+        self.ctl("join_cluster", other.name, timeout=120)
+        self.ctl("start_app", timeout=120)
+
     def memory_alarm(self, on: bool) -> None:
         """Raise (or clear) a memory alarm: the node blocks every publishing connection."""
         self.ctl("set_vm_memory_high_watermark", "0.0000001" if on else "0.4")
@@ -138,18 +153,25 @@ class RabbitNode:
             process.wait(timeout=30)
 
 
-@contextmanager
-def throwaway_node(config: Mapping[str, str] | None = None) -> Iterator[RabbitNode]:
-    """A started :class:`RabbitNode` with ``config`` (``rabbitmq.conf`` keys), killed and
-    deleted on exit whatever happened. Skips the test when RabbitMQ is not installed."""
+def _sbin() -> Path:
     sbin = find_sbin()
     if sbin is None or shutil.which("erl") is None:
         message = "no rabbitmq-server/erl binaries for a throw-away RabbitMQ node"
         if services.IN_CI:
             pytest.fail(f"{message}; CI requires them", pytrace=False)
         pytest.skip(message)
+    return sbin
+
+
+@contextmanager
+def throwaway_node(
+    config: Mapping[str, str] | None = None, cookie: str | None = None
+) -> Iterator[RabbitNode]:
+    """A started :class:`RabbitNode` with ``config`` (``rabbitmq.conf`` keys), killed and
+    deleted on exit whatever happened. Skips the test when RabbitMQ is not installed."""
+    sbin = _sbin()
     root = Path(tempfile.mkdtemp(prefix="relay-rabbit-"))
-    node = RabbitNode(sbin, root, config or {})
+    node = RabbitNode(sbin, root, config or {}, cookie)
     try:
         node.start()
         yield node
@@ -158,3 +180,15 @@ def throwaway_node(config: Mapping[str, str] | None = None) -> Iterator[RabbitNo
             node.kill()
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_cluster(size: int) -> Iterator[list[RabbitNode]]:
+    """``size`` throw-away nodes clustered together (the others joined the first), killed and
+    deleted on exit."""
+    cookie = uuid.uuid4().hex.upper()
+    with ExitStack() as stack:
+        nodes = [stack.enter_context(throwaway_node(cookie=cookie)) for _ in range(size)]
+        for node in nodes[1:]:
+            node.join(nodes[0])
+        yield nodes
