@@ -179,10 +179,10 @@ class AmqpPublisher(liveness.WatchedPublisher):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
+                conn.heartbeat_check(rate=timing.HEARTBEATS_PER_INTERVAL)
                 try:
-                    conn.drain_events(timeout=min(remaining, 1.0))
+                    self._read_frame(min(remaining, 1.0))
                 except TimeoutError:
-                    conn.heartbeat_check(rate=timing.HEARTBEATS_PER_INTERVAL)
                     continue
                 except _REFUSALS as exc:
                     refusal = exc

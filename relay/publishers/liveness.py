@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -186,13 +187,21 @@ class WatchedPublisher(KombuPublisher):
             log.warning("%s (idle connection); reconnecting at the next publish", exc)
             self.close()
 
+    def _read_frame(self, timeout: float) -> None:
+        """Read and handle one frame from the broker, waiting at most ``timeout`` seconds
+        (TimeoutError when none came). Not ``drain_events``: py-amqp's loops until a method
+        arrives, each read with the whole timeout again, so heartbeats arriving within it
+        (while the broker blocks us, nothing else comes) kept it waiting for ever."""
+        assert self._conn is not None
+        amqp_conn: Any = self._conn.connection
+        amqp_conn.blocking_read(max(0.01, timeout))
+
     def _read_pending(self, seconds: float) -> None:
         """Handle what the broker sent, for up to ``seconds`` (0: only what has arrived)."""
-        assert self._conn is not None
         deadline = time.monotonic() + seconds
         while True:
             try:
-                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
+                self._read_frame(deadline - time.monotonic())
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     return
@@ -203,11 +212,8 @@ class WatchedPublisher(KombuPublisher):
         self._read_pending(0.0)
         deadline = time.monotonic() + timing.BROKER_BLOCKED_WAIT_SECONDS
         while self._paused is not None and time.monotonic() < deadline:
-            try:
-                assert self._conn is not None
-                self._conn.drain_events(timeout=max(0.01, deadline - time.monotonic()))
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):  # the loop's own deadline ends it
+                self._read_frame(deadline - time.monotonic())
         if self._paused is not None:
             raise BrokerBlocked(f"broker blocked publishing: {self._paused}")
 
@@ -215,9 +221,10 @@ class WatchedPublisher(KombuPublisher):
         if self._pump is not None:
             self._pump.stop()
             self._pump = None
-        if self._paused is not None:
-            # A blocked broker reads nothing, so it would never answer connection.close:
-            # drop the socket instead of waiting a read timeout for its close-ok.
+        if self._paused is not None or self._blocked.reason is not None:
+            # A blocked broker reads nothing, so it would never answer connection.close, and
+            # its heartbeats keep py-amqp's wait for close-ok from ever timing out: drop the
+            # socket instead (also for a connection not yet told, during a block episode).
             conn.collect()
             return
         super()._release(conn)

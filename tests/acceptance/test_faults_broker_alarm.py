@@ -5,6 +5,7 @@ at ~200 events/s (issue 38)."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,7 +77,12 @@ def test_a_memory_alarm_loses_nothing_sigterm_exits_and_delivery_resumes(
         stopped = fleet.workers[0]
         fleet.signal(stopped, signal.SIGTERM)
         signalled = time.monotonic()
-        stopped.proc.wait(timeout=60)
+        try:
+            stopped.proc.wait(timeout=EXIT_BOUND_SECONDS - 3)
+        except subprocess.TimeoutExpired:
+            # What it waits on: the relay prints its threads' stacks on SIGUSR1.
+            stopped.proc.send_signal(signal.SIGUSR1)
+            stopped.proc.wait(timeout=60)
         exit_s = time.monotonic() - signalled
         assert all(w.alive() for w in fleet.workers[1:]), fleet.logs()
         time.sleep(max(0.0, alarmed + ALARM_SECONDS - time.monotonic()))
@@ -108,5 +114,6 @@ def test_a_memory_alarm_loses_nothing_sigterm_exits_and_delivery_resumes(
         bound=bound,
         failed=result.statuses.get("failed", 0),
     )
-    assert exit_s <= EXIT_BOUND_SECONDS, f"SIGTERM while blocked took {exit_s:.1f}s"
+    took = f"SIGTERM while blocked took {exit_s:.1f}s"
+    assert exit_s <= EXIT_BOUND_SECONDS, f"{took}\n{stopped.log()}"
     assert resume_s <= RESUME_BOUND_SECONDS, f"delivery resumed {resume_s:.1f}s after the alarm"
