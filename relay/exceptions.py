@@ -13,7 +13,10 @@ Tree (and where each is raised)::
     │   │                         relay.store (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable
     └── PublishError            the events broker failed, or refused one message
-        │                         relay.publishers (a message that cannot be encoded)
+        │                         relay.publishers
+        ├── EventUnsendable     a claimed row cannot become a message (the row's fault, never
+        │                         retried: it is dead-lettered at once with this reason)
+        │                         relay.publishers.message (build), the publishers (encode)
         └── BrokerUnavailable   the broker could not be reached, or confirmed nothing in time;
                                   retryable: the batch is given back, the breaker opens
                                   relay.publishers (Kombu/py-amqp/redis errors, ``from exc``)
@@ -64,6 +67,10 @@ class DatabaseUnavailable(StoreError):
 
 class PublishError(RelayError):
     """The events broker failed."""
+
+
+class EventUnsendable(PublishError):
+    """The event cannot become a message."""
 
 
 class BrokerUnavailable(PublishError):

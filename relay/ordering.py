@@ -67,10 +67,11 @@ def hold_back_after_failures(result: PublishResult) -> list[ClaimedEvent]:
     broker already; they are given back and published again after it (duplicates, in order).
     A batch where everything was confirmed costs nothing here.
     """
-    if not (result.rejected or result.withheld or result.unavailable):
+    if not (result.rejected or result.withheld or result.unavailable or result.unsendable):
         return []
-    everything = [*result.confirmed, *(e for e, _ in result.rejected), *result.withheld]
-    failures = [*(e for e, _ in result.rejected), *result.withheld, *result.unavailable]
+    refused = [e for e, _ in (*result.rejected, *result.unsendable)]
+    everything = [*result.confirmed, *refused, *result.withheld]
+    failures = [*refused, *result.withheld, *result.unavailable]
     first_failure: dict[str | None, int] = {}
     for event in failures:
         if event.seq is not None:
@@ -88,7 +89,32 @@ def hold_back_after_failures(result: PublishResult) -> list[ClaimedEvent]:
     held_back = [e for e in everything if behind(e)]
     result.confirmed = [e for e in result.confirmed if not behind(e)]
     result.rejected = [(e, err) for e, err in result.rejected if not behind(e)]
+    result.unsendable = [(e, err) for e, err in result.unsendable if not behind(e)]
     return held_back
+
+
+def behind_refusals(
+    events: Sequence[ClaimedEvent], refused: Iterable[ClaimedEvent]
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """Split the rows of ``events`` that are not ``refused`` (dead-lettered before publishing)
+    into those that may be published and those of a key after its first refused row: those are
+    given back unpublished, so that nothing overtakes the row its key is now held behind."""
+    refused_ids: set[int] = set()
+    first: dict[str | None, int] = {}
+    for event in refused:
+        refused_ids.add(event.id)
+        if event.seq is not None and event.seq < first.get(event.ordering_key, event.seq + 1):
+            first[event.ordering_key] = event.seq
+    todo, behind = [], []
+    for event in events:
+        if event.id in refused_ids:
+            continue
+        head = first.get(event.ordering_key)
+        if event.seq is not None and head is not None and event.seq > head:
+            behind.append(event)
+        else:
+            todo.append(event)
+    return todo, behind
 
 
 def broken_runs(events: Iterable[ClaimedEvent], kept: Sequence[ClaimedEvent]) -> list[ClaimedEvent]:

@@ -20,15 +20,12 @@ from typing import Any
 
 import kombu
 
-from relay.exceptions import BrokerUnavailable, PublishError
+from relay.exceptions import BrokerUnavailable, EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.base import KombuPublisher, describe, unroutable
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult
-
-#: Raised while encoding one message (``struct.error``: a short string over 255 bytes).
-_ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
 
 
 class AmqpPublisher(KombuPublisher):
@@ -68,13 +65,13 @@ class AmqpPublisher(KombuPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = _build(event)
+                msg = message.prepare(event)
                 self._declare_route(msg)
                 frames.append(_encode(encoder, msg))
-            except PublishError as exc:
+            except EventUnsendable as exc:
                 # Nothing of this message was written: only this row (e.g. a header key over
-                # 255 bytes, written by plain SQL) is at fault, and it fails alone.
-                result.rejected.append((event, str(exc)))
+                # 255 bytes, written by plain SQL) is at fault, and it fails alone, at once.
+                result.unsendable.append((event, str(exc)))
                 guard.failed(event)
                 continue
             self._pending[self._next_tag] = event
@@ -146,15 +143,11 @@ class AmqpPublisher(KombuPublisher):
         self._returned[outbox_id] = f"{unroutable(routing_key, exchange)} ({exc})"
 
 
-def _build(event: ClaimedEvent) -> message.OutgoingMessage:
-    try:
-        return message.build(event)
-    except _ENCODING_ERRORS as exc:
-        raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc
-
-
 def _encode(encoder: BatchEncoder, msg: message.OutgoingMessage) -> bytes:
+    """The message's frames; what no AMQP frame can carry is the row's fault."""
     try:
         return encoder.encode(msg)
-    except _ENCODING_ERRORS as exc:
-        raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc
+    except RecursionError as exc:
+        raise EventUnsendable("cannot be sent over AMQP: headers nested too deep") from exc
+    except (struct.error, ValueError, TypeError, OverflowError) as exc:
+        raise EventUnsendable(f"cannot be sent over AMQP: {describe(exc)}") from exc
