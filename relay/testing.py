@@ -23,6 +23,7 @@ from relay.records import (
     Released,
     Rescheduled,
     Status,
+    headers_fault,
 )
 
 
@@ -290,6 +291,8 @@ def _claimed(row: Row, source: str) -> ClaimedEvent:
         row.seq,
         event_id=row.event_id,
         source=source,
+        # As a database store reads a row's headers: ones no message can carry mark a defect.
+        defect=headers_fault(row.headers),
     )
 
 

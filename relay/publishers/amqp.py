@@ -27,6 +27,9 @@ from relay.publishers.base import KombuPublisher, describe, unroutable
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, PublishResult
 
+#: The longest AMQP short string (a routing key, a header name), in bytes.
+SHORTSTR_MAX = 255
+
 
 class AmqpPublisher(KombuPublisher):
     """Publishes a batch on a confirm-mode channel, then awaits the batch's confirms."""
@@ -149,5 +152,21 @@ def _encode(encoder: BatchEncoder, msg: message.OutgoingMessage) -> bytes:
         return encoder.encode(msg)
     except RecursionError as exc:
         raise EventUnsendable("cannot be sent over AMQP: headers nested too deep") from exc
-    except (struct.error, ValueError, TypeError, OverflowError) as exc:
+    except struct.error as exc:
+        raise EventUnsendable(
+            f"cannot be sent over AMQP: {_too_long(msg) or describe(exc)}"
+        ) from exc
+    except (ValueError, TypeError, OverflowError) as exc:
         raise EventUnsendable(f"cannot be sent over AMQP: {describe(exc)}") from exc
+
+
+def _too_long(msg: message.OutgoingMessage) -> str | None:
+    """Which AMQP short string (255 bytes at most) a message overflows, if one does."""
+    size = len(msg.routing_key.encode("utf-8", "surrogatepass"))
+    if size > SHORTSTR_MAX:
+        return f"event_type is {size} bytes in UTF-8, over the {SHORTSTR_MAX} of a routing key"
+    for name in msg.headers:
+        size = len(str(name).encode("utf-8", "surrogatepass"))
+        if size > SHORTSTR_MAX:
+            return f"a header name is {size} bytes in UTF-8, over the {SHORTSTR_MAX} AMQP allows"
+    return None
