@@ -10,10 +10,11 @@ the publishers and the dispatcher call these functions instead of reasoning abou
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from relay.records import ClaimedEvent, PublishResult
+from relay.records import ClaimedEvent, PublishResult, Stall, StalledKey
 
 #: Why the rows behind a key's failed (or lost) row are given back without spending an attempt.
 BEHIND_A_FAILURE = "an earlier row of its ordering key failed in the same batch"
@@ -152,6 +153,7 @@ __all__ = [
     "cut_runs",
     "hold_back_after_failures",
     "sendable_runs",
+    "stalled_key",
 ]
 
 
@@ -167,3 +169,40 @@ def publish_order(events: Iterable[ClaimedEvent]) -> list[ClaimedEvent]:
             by_key.setdefault(event.ordering_key, []).append(event)
     runs = {key: iter(sorted(rows, key=lambda e: e.seq or 0)) for key, rows in by_key.items()}
     return [next(runs[e.ordering_key]) if e.seq is not None else e for e in ordered]
+
+
+def stalled_key(
+    key: str,
+    stall: Stall,
+    head_seq: int,
+    head_id: int | None = None,
+    last_error: str | None = None,
+    resumes_at: int | None = None,
+) -> StalledKey:
+    """A stalled key with what holds it and the command or statement that lets it go on, the
+    key quoted for a shell or for SQL (it is the producer's text: pasting the fix must do what
+    it says)."""
+    head = f"row {head_id} (number {head_seq})"
+    in_sql = "'" + key.replace("'", "''") + "'"
+    behind = f"WHERE ordering_key = {in_sql} AND sent_seq = {head_seq - 1}"
+    if stall is Stall.FAILED:
+        error = (last_error or "").strip().splitlines()
+        reason = error[0][:200] if error else "no error recorded"
+        why = f"{head} failed ({reason}); the key's later rows wait behind it"
+        arg = shlex.quote(key)
+        fix = (
+            f"relay failed retry --key {arg} (once the cause is fixed), or "
+            f"relay failed purge --key {arg} (the key goes on without it)"
+        )
+    elif stall is Stall.MISSING:
+        resumes = "" if resumes_at is None else f" from number {resumes_at} on"
+        why = f"no row has number {head_seq}; the key's rows wait{resumes}"
+        to = "<its next number - 1>" if resumes_at is None else str(resumes_at - 1)
+        fix = (
+            "write the missing row, or skip the gap: "
+            f"UPDATE outbox_progress SET sent_seq = {to} {behind}"
+        )
+    else:
+        why = f"{head} is sent but the key's progress is still {head_seq - 1}"
+        fix = f"UPDATE outbox_progress SET sent_seq = {head_seq} {behind}"
+    return StalledKey(key, stall, head_seq, head_id, resumes_at, why, fix)

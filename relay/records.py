@@ -150,6 +150,10 @@ class StatusReport:
     #: Events deleted at send (``RELAY_DELETE_ON_SEND``) in the last day, as counted in
     #: ``outbox_sent_counts``: they have no row left to count under ``sent``.
     deleted_at_send: int = 0
+    #: Ordering keys whose next row cannot be claimed (:class:`StalledKey`), counted up to a cap.
+    stalled_keys: int = 0
+    #: A few of them, with why and the fix.
+    stalled_sample: tuple[StalledKey, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -158,6 +162,8 @@ class StatusReport:
             "failed": int(self.counts.get(Status.FAILED.value, 0)),
             "expired_leases": self.expired_leases,
             "deleted_at_send": self.deleted_at_send,
+            "stalled_keys": self.stalled_keys,
+            "stalled_sample": [k.as_dict() for k in self.stalled_sample],
         }
 
 
@@ -283,3 +289,44 @@ def _task_fault(task: Any) -> str | None:
     except (TypeError, ValueError):
         return f"headers: {TASK_HEADER}.headers.expires {expires!r} is not an ISO 8601 time"
     return None
+
+
+class Stall(enum.StrEnum):
+    """Why an ordering key's next row cannot be claimed (docs/ordering.md, "A stalled key")."""
+
+    #: Its head (the row numbered progress + 1) is failed: held until an operator retries or
+    #: purges it, by design.
+    FAILED = "failed"
+    #: No row has the head's number while the key has higher ones: they wait for a number that
+    #: never comes (a row numbered by hand, or deleted).
+    MISSING = "missing"
+    #: Its head is sent but the key's progress was not moved past it (edited by hand).
+    SENT = "sent"
+
+
+@dataclass(frozen=True, slots=True)
+class StalledKey:
+    """An ordering key whose rows wait behind a head the claim will never take, with why and
+    the fix in an operator's words (built by :func:`relay.ordering.stalled_key`)."""
+
+    key: str
+    stall: Stall
+    #: The number the claim waits for: the key's last sent number + 1.
+    head_seq: int
+    #: The head's id; None when no row has its number.
+    head_id: int | None
+    #: When the head is missing: the key's lowest number above it, where its rows resume.
+    resumes_at: int | None
+    why: str
+    fix: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "stall": self.stall.value,
+            "head_seq": self.head_seq,
+            "head_id": self.head_id,
+            "resumes_at": self.resumes_at,
+            "why": self.why,
+            "fix": self.fix,
+        }
