@@ -7,6 +7,7 @@ the `relay_stalled_keys` gauge; each fix the report gives lets its key go on."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -18,10 +19,13 @@ from relay.commands.doctor_keys import stalled_keys
 from relay.config import Settings
 from relay.observe.gauges import OutboxCollector
 from relay.records import Stall
+from relay.store.dialects import for_name
+from relay.store.dialects.keys import KeyStatements
 from relay.store.dispatch import Store
 from relay.store.filters import EventFilter
 from relay.store.operations import OperationsStore
 from relay.store.schema import outbox, outbox_progress
+from tests.integration.test_claim_plan import _generic_plan
 from tests.integration.test_doctor import DEAD_BROKER, doctor
 from tests.integration.test_doctor import relay as run_relay
 from tests.support.console import bearer, client, signed_in
@@ -162,3 +166,54 @@ def test_a_deployment_without_stalled_keys_passes(engine: sa.Engine, db_url: str
     check = stalled_keys(Settings(database_url=db_url))
     assert check.status == "pass", check
     assert OperationsStore(engine).status().stalled_keys == 0
+
+
+def _history(engine: sa.Engine, keys: int, sent: int) -> None:
+    """``keys`` keys with ``sent`` sent rows and one pending row each (progress at ``sent``),
+    and a key whose head failed."""
+
+    def row(key: str, seq: int, status: str) -> dict[str, Any]:
+        return {"event_type": "t", "payload": {}, "ordering_key": key, "seq": seq, "status": status}
+
+    rows = [row(f"k{k}", n, "sent") for k in range(keys) for n in range(1, sent + 1)]
+    rows += [row(f"k{k}", sent + 1, "pending") for k in range(keys)]
+    rows.append(row("f", 1, "failed"))
+    with engine.begin() as conn:
+        for start in range(0, len(rows), 5000):
+            conn.execute(sa.insert(outbox), rows[start : start + 5000])
+        conn.execute(sa.delete(outbox_progress))
+        progress = [{"ordering_key": f"k{k}", "sent_seq": sent} for k in range(keys)]
+        conn.execute(sa.insert(outbox_progress), [*progress, {"ordering_key": "f", "sent_seq": 0}])
+
+
+def test_finding_stalled_keys_reads_one_index_entry_per_probe_not_the_history(
+    engine: sa.Engine,
+) -> None:
+    """Keys with a long sent history: the statement reads each key's head and highest number
+    through uq_outbox_ordering_key_seq, never the table nor the sent rows below the progress
+    (PostgreSQL: index probes in its plan; MariaDB: one row read per key's probe)."""
+    name = engine.dialect.name
+    if name == "sqlite":
+        pytest.skip("the plans of PostgreSQL and MariaDB are the ones that could read history")
+    _history(engine, keys=10, sent=2000)
+    ops = OperationsStore(engine)
+    assert [(k.key, k.stall) for k in ops.stalled_keys(10)] == [("f", Stall.FAILED)]
+    ops.dispose()
+    stmt = KeyStatements(for_name(name)).stalled_keys(10)
+    if name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(sa.text("ANALYZE outbox"))
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            plan = _generic_plan(engine, stmt, mode=mode)
+            assert "uq_outbox_ordering_key_seq" in plan, plan
+            assert not re.search(r"Seq Scan on outbox\b(?!_)", plan), plan
+            assert "Bitmap" not in plan, plan
+        return
+    sql = str(stmt.compile(engine, compile_kwargs={"literal_binds": True}))
+    with engine.connect() as conn:
+        analyzed = [r._mapping for r in conn.execute(sa.text("ANALYZE " + sql))]
+    probes = [r for r in analyzed if r["table"] in ("outbox", "h")]
+    assert probes, analyzed
+    for probe in probes:
+        assert probe["key"] == "uq_outbox_ordering_key_seq", analyzed
+        assert float(probe["r_rows"] or 0) <= 2, analyzed  # not the 2,000 sent rows of a key
