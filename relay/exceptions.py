@@ -13,7 +13,10 @@ Tree (and where each is raised)::
     │   │                         relay.store (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable
     └── PublishError            the events broker failed, or refused one message
-        │                         relay.publishers (a message that cannot be encoded)
+        │                         relay.publishers
+        ├── EventUnsendable     a claimed row cannot become a message (the row's fault, never
+        │                         retried: it is dead-lettered at once with this reason)
+        │                         relay.publishers.message (build), the publishers (encode)
         ├── MessageRefused      the broker refused one message on its channel (406 size or
         │                         precondition, 404 a task's exchange, 311): that message's
         │                         attempt failed, the rest of the batch goes on
@@ -80,6 +83,10 @@ class PublishError(RelayError):
 
 class MessageRefused(PublishError):
     """The events broker refused the message."""
+
+
+class EventUnsendable(PublishError):
+    """The event cannot become a message."""
 
 
 class BrokerUnavailable(PublishError):

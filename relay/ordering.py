@@ -10,10 +10,11 @@ the publishers and the dispatcher call these functions instead of reasoning abou
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from relay.records import ClaimedEvent, PublishResult
+from relay.records import ClaimedEvent, PublishResult, Stall, StalledKey
 
 #: Why the rows behind a key's failed (or lost) row are given back without spending an attempt.
 BEHIND_A_FAILURE = "an earlier row of its ordering key failed in the same batch"
@@ -67,10 +68,11 @@ def hold_back_after_failures(result: PublishResult) -> list[ClaimedEvent]:
     broker already; they are given back and published again after it (duplicates, in order).
     A batch where everything was confirmed costs nothing here.
     """
-    if not (result.rejected or result.withheld or result.unavailable):
+    if not (result.rejected or result.withheld or result.unavailable or result.unsendable):
         return []
-    everything = [*result.confirmed, *(e for e, _ in result.rejected), *result.withheld]
-    failures = [*(e for e, _ in result.rejected), *result.withheld, *result.unavailable]
+    refused = [e for e, _ in (*result.rejected, *result.unsendable)]
+    everything = [*result.confirmed, *refused, *result.withheld]
+    failures = [*refused, *result.withheld, *result.unavailable]
     first_failure: dict[str | None, int] = {}
     for event in failures:
         if event.seq is not None:
@@ -88,7 +90,32 @@ def hold_back_after_failures(result: PublishResult) -> list[ClaimedEvent]:
     held_back = [e for e in everything if behind(e)]
     result.confirmed = [e for e in result.confirmed if not behind(e)]
     result.rejected = [(e, err) for e, err in result.rejected if not behind(e)]
+    result.unsendable = [(e, err) for e, err in result.unsendable if not behind(e)]
     return held_back
+
+
+def behind_refusals(
+    events: Sequence[ClaimedEvent], refused: Iterable[ClaimedEvent]
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """Split the rows of ``events`` that are not ``refused`` (dead-lettered before publishing)
+    into those that may be published and those of a key after its first refused row: those are
+    given back unpublished, so that nothing overtakes the row its key is now held behind."""
+    refused_ids: set[int] = set()
+    first: dict[str | None, int] = {}
+    for event in refused:
+        refused_ids.add(event.id)
+        if event.seq is not None and event.seq < first.get(event.ordering_key, event.seq + 1):
+            first[event.ordering_key] = event.seq
+    todo, behind = [], []
+    for event in events:
+        if event.id in refused_ids:
+            continue
+        head = first.get(event.ordering_key)
+        if event.seq is not None and head is not None and event.seq > head:
+            behind.append(event)
+        else:
+            todo.append(event)
+    return todo, behind
 
 
 def broken_runs(events: Iterable[ClaimedEvent], kept: Sequence[ClaimedEvent]) -> list[ClaimedEvent]:
@@ -126,6 +153,7 @@ __all__ = [
     "cut_runs",
     "hold_back_after_failures",
     "sendable_runs",
+    "stalled_key",
 ]
 
 
@@ -141,3 +169,40 @@ def publish_order(events: Iterable[ClaimedEvent]) -> list[ClaimedEvent]:
             by_key.setdefault(event.ordering_key, []).append(event)
     runs = {key: iter(sorted(rows, key=lambda e: e.seq or 0)) for key, rows in by_key.items()}
     return [next(runs[e.ordering_key]) if e.seq is not None else e for e in ordered]
+
+
+def stalled_key(
+    key: str,
+    stall: Stall,
+    head_seq: int,
+    head_id: int | None = None,
+    last_error: str | None = None,
+    resumes_at: int | None = None,
+) -> StalledKey:
+    """A stalled key with what holds it and the command or statement that lets it go on, the
+    key quoted for a shell or for SQL (it is the producer's text: pasting the fix must do what
+    it says)."""
+    head = f"row {head_id} (number {head_seq})"
+    in_sql = "'" + key.replace("'", "''") + "'"
+    behind = f"WHERE ordering_key = {in_sql} AND sent_seq = {head_seq - 1}"
+    if stall is Stall.FAILED:
+        error = (last_error or "").strip().splitlines()
+        reason = error[0][:200] if error else "no error recorded"
+        why = f"{head} failed ({reason}); the key's later rows wait behind it"
+        arg = shlex.quote(key)
+        fix = (
+            f"relay failed retry --key {arg} (once the cause is fixed), or "
+            f"relay failed purge --key {arg} (the key goes on without it)"
+        )
+    elif stall is Stall.MISSING:
+        resumes = "" if resumes_at is None else f" from number {resumes_at} on"
+        why = f"no row has number {head_seq}; the key's rows wait{resumes}"
+        to = "<its next number - 1>" if resumes_at is None else str(resumes_at - 1)
+        fix = (
+            "write the missing row, or skip the gap: "
+            f"UPDATE outbox_progress SET sent_seq = {to} {behind}"
+        )
+    else:
+        why = f"{head} is sent but the key's progress is still {head_seq - 1}"
+        fix = f"UPDATE outbox_progress SET sent_seq = {head_seq} {behind}"
+    return StalledKey(key, stall, head_seq, head_id, resumes_at, why, fix)

@@ -343,3 +343,18 @@ class SequenceWatch:
         """The transaction id taken after a look that :attr:`wants_horizon`."""
         self.horizon = xid if self.horizon is None else max(self.horizon, xid)
         self.wants_horizon = False
+
+
+def exhausted(attempt: int, max_attempts: int) -> str | None:
+    """Why a row claimed for the ``attempt``-th time is not published (None: it may be).
+
+    An attempt is counted at claim, so a row claimed past ``max_attempts`` is one whose every
+    lease expired without an outcome: the relay holding it crashed, hung or was killed each time
+    (``RELAY_MAX_ATTEMPTS`` ends that loop, as it ends a loop of refusals)."""
+    if attempt <= max_attempts:
+        return None
+    return (
+        f"attempts exhausted: claimed {attempt} times, {attempt - max_attempts} past "
+        f"RELAY_MAX_ATTEMPTS={max_attempts}, without an outcome recorded (each lease expired: "
+        "the relay holding the row crashed, hung or was killed)"
+    )

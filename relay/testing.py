@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from relay.exceptions import BrokerUnavailable
+from relay.exceptions import BrokerUnavailable, EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.message import OutgoingMessage
@@ -23,6 +23,7 @@ from relay.records import (
     Released,
     Rescheduled,
     Status,
+    headers_fault,
 )
 
 
@@ -61,7 +62,12 @@ class InMemoryPublisher:
                 self.reject_times -= 1
                 result.rejected.append((event, "simulated nack"))
             else:
-                self.messages.append(message.build(event))
+                try:
+                    self.messages.append(message.prepare(event))
+                except EventUnsendable as exc:  # as the real publishers: the row's fault
+                    result.unsendable.append((event, str(exc)))
+                    guard.failed(event)
+                    continue
                 result.confirmed.append(event)
                 continue
             guard.failed(event)
@@ -285,6 +291,8 @@ def _claimed(row: Row, source: str) -> ClaimedEvent:
         row.seq,
         event_id=row.event_id,
         source=source,
+        # As a database store reads a row's headers: ones no message can carry mark a defect.
+        defect=headers_fault(row.headers),
     )
 
 

@@ -81,6 +81,9 @@ MEANING: dict[str, str] = {
     "metrics_port": "Prometheus endpoint (`/metrics`) of `relay dispatch --loop` and of "
     "`celery -A relay worker` ([metrics](operations.md#metrics)); unset: no endpoint, nothing "
     "counted",
+    "metrics_max_event_types": "distinct `event_type` label values one relay process keeps "
+    'apart in its metrics, the first it sees; later types count as `event_type="other"` '
+    "([metrics](operations.md#metrics)); 0: every type as `other`",
     "console_token": "the web console's operator token: may view and act. Secret: never "
     "logged, shown as `***`",
     "console_readonly_token": "the web console's view-only token: may view, never act. Secret",

@@ -60,6 +60,7 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
     if schema.status == FAIL:
         return
     from relay.commands import doctor_pooler
+    from relay.commands.doctor_keys import stalled_keys
     from relay.commands.doctor_retention import retention
 
     steps: list[tuple[str, Callable[[], Check]]] = [("indexes", lambda: _indexes(engine))]
@@ -75,6 +76,7 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
         ("tick", lambda: _tick(settings)),
         ("retention", lambda: retention(settings)),
         ("routing", lambda: _unroutable(engine)),
+        ("ordering keys", lambda: stalled_keys(settings)),
     ]
     for name, check in steps:
         yield _guarded(name, check)

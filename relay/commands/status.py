@@ -1,5 +1,6 @@
-"""``relay status``: rows per status, the oldest pending age and expired leases, once (a table or
-``--json``) or as a live view refreshed every second (``--watch``, extra ``[watch]``)."""
+"""``relay status``: rows per status, the oldest pending age, expired leases and stalled ordering
+keys, once (a table or ``--json``) or as a live view refreshed every second (``--watch``, extra
+``[watch]``)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     print(f"{'expired leases':<12} {report['expired_leases']:>10}")
     if report["deleted_at_send"]:
         print(f"{'deleted at send (last day)':<12} {report['deleted_at_send']:>10}")
+    print(f"{'stalled keys':<12} {report['stalled_keys']:>12}")
+    for key in report["stalled_sample"]:
+        print(f"  {key['key']}: {key['why']}\n    fix: {key['fix']}")
     return 0
 
 
@@ -88,12 +92,14 @@ def _table(report: dict[str, Any], rate: float | None) -> Table:
     table.add_row("oldest pending", "-" if age is None else f"{age:,.1f} s")
     expired = report["expired_leases"]
     table.add_row("expired leases", str(expired), style="yellow" if expired else None)
+    stalled = report["stalled_keys"]
+    table.add_row("stalled keys", str(stalled), style="yellow" if stalled else None)
     return table
 
 
 COMMAND = Command(
     "status",
-    "rows per status, oldest pending age, failed count",
+    "rows per status, oldest pending age, failed count, stalled ordering keys",
     _arguments,
     _run,
     uses=DATABASE_ONLY,

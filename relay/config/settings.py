@@ -91,6 +91,8 @@ class Settings:
     #: Port of the Prometheus endpoint of ``relay dispatch --loop`` and of relay Celery workers
     #: (``relay.observe.metrics``); None: no endpoint, no metrics kept.
     metrics_port: int | None = None
+    #: Event types a process's metrics keep apart, first come; the rest: ``event_type="other"``.
+    metrics_max_event_types: int = 100
     #: The web console's operator token (``relay console``): may view and act. Secret.
     console_token: str | None = field(default=None, metadata={"secret": True})
     #: The web console's view-only token: may view, never act. Secret.
@@ -242,6 +244,8 @@ class Settings:
                 self.metrics_port,
                 "must be a TCP port, 1..65535",
             )
+        types = self.metrics_max_event_types
+        check(0 <= types <= 100_000, "RELAY_METRICS_MAX_EVENT_TYPES", types, "must be 0..100000")
         if self.source is not None:
             check(
                 self.source.isprintable() and " " not in self.source,

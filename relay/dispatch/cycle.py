@@ -25,8 +25,16 @@ from relay.config import Settings, timing
 from relay.dispatch.lease import LeaseKeeper
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.observe.observers import Observer, Recorded
-from relay.policy import Backoff, CircuitBreaker, LeaseSweep, RetryPolicy, task_expired
+from relay.policy import (
+    Backoff,
+    CircuitBreaker,
+    LeaseSweep,
+    RetryPolicy,
+    exhausted,
+    task_expired,
+)
 from relay.publishers import Publisher, message
+from relay.publishers.message import TASK_HEADER
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.protocol import Store
 
@@ -223,16 +231,25 @@ class Cycle:
     def _publish(self, batch: Batch) -> Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
         report = Report(cycles=1, claimed=len(batch.events))
-        now = datetime.now(UTC)
-        expired = [e for e in batch.events if task_expired(message.task_expires(e), now)]
-        todo = [e for e in batch.events if e not in expired]
+        refused = self._refused(batch.events)
+        todo, behind = batch.events, list[ClaimedEvent]()
+        if refused:
+            todo, behind = ordering.behind_refusals(batch.events, [b.event for b in refused])
         result = self.observer.publish(todo, self.publisher.publish)
-        behind = ordering.hold_back_after_failures(result)
+        behind += ordering.hold_back_after_failures(result)
         outcome = Outcome(
             batch, report, sent=result.confirmed, unavailable=result.unavailable, behind=behind
         )
-        # A Celery task past its ``expires`` is not published (a worker would only discard it).
-        outcome.buried += [Buried(e, EXPIRED) for e in expired]
+        outcome.buried += refused
+        outcome.buried += [Buried(e, f"unsendable: {why}") for e, why in result.unsendable]
+        if refused or result.unsendable:
+            reasons = sorted({b.error for b in outcome.buried})
+            log.warning(
+                "dead-lettered %d rows that cannot be sent, the rest of the batch goes on: %s%s",
+                len(outcome.buried),
+                reasons[0],
+                f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else "",
+            )
         for event, error in result.rejected:
             decision = self.retry.after_failure(event, error, self.rng)
             if isinstance(decision, Buried):
@@ -263,6 +280,22 @@ class Cycle:
         else:
             self.breaker.record_success()
         return outcome
+
+    def _refused(self, events: list[ClaimedEvent]) -> list[Buried]:
+        """The rows dead-lettered without being published: a row no message can carry
+        (``ClaimedEvent.defect``), one claimed past ``RELAY_MAX_ATTEMPTS`` (its leases kept
+        expiring), and a Celery task past its ``expires`` (a worker would only discard it)."""
+        refused = []
+        now: datetime | None = None
+        limit = self.settings.max_attempts
+        for event in events:
+            why = event.defect or exhausted(event.attempt, limit)
+            if why is None and event.headers is not None and TASK_HEADER in event.headers:
+                now = now or datetime.now(UTC)
+                why = EXPIRED if task_expired(message.task_expires(event), now) else None
+            if why is not None:
+                refused.append(Buried(event, why))
+        return refused
 
     def _unpublished(self, batch: Batch, error: str | None) -> Outcome:
         delay = self.breaker.remaining(self.clock())

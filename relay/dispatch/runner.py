@@ -40,7 +40,7 @@ def observer(settings: Settings) -> Observer:
     if settings.metrics_port is not None:
         from relay.observe import metrics
 
-        chosen.append(metrics.PrometheusObserver.shared())
+        chosen.append(metrics.PrometheusObserver.shared(settings.metrics_max_event_types))
     if tracing.available():
         system = tracing.messaging_system(settings.events_connection_url)
         chosen.append(tracing.PublishTracer(settings.exchange, system))

@@ -81,6 +81,11 @@ class OutboxCollector(Collector):
                 "relay_expired_leases",
                 f"Processing rows whose lease expired (a dead or stalled worker's), up to {cap}.",
             ),
+            "stalled": self._family(
+                "relay_stalled_keys",
+                "Ordering keys whose next row cannot be claimed: a failed head, or a number no "
+                f"row has (relay doctor names them), up to {cap}.",
+            ),
             "behind": self._family(
                 "relay_outbox_purge_behind_rows",
                 "Sent rows past the retention the last purge run left "
@@ -112,7 +117,8 @@ class OutboxCollector(Collector):
             families["rows"].add_metric([*source, status], n)
         families["age"].add_metric(source, report.oldest_pending_age_seconds or 0.0)
         families["expired"].add_metric(source, report.expired_leases)
-        added = {"up", "rows", "age", "expired", "took"}
+        families["stalled"].add_metric(source, report.stalled_keys)
+        added = {"up", "rows", "age", "expired", "stalled", "took"}
         try:
             behind_rows, oldest = store.retention_gauges()
         except Exception as exc:  # the purge's gauges (docs/retention.md), where known

@@ -16,7 +16,10 @@ multiprocess mode: each child writes its counters to files in ``PROMETHEUS_MULTI
 along with the gauges it reads itself.
 
 Labels: ``source`` (the outbox database's CloudEvents source, one per database of a fleet) and
-``event_type`` at most, never an id or a key.
+``event_type`` at most, never an id or a key. A process keeps at most
+``RELAY_METRICS_MAX_EVENT_TYPES`` event types apart, the first it sees; later ones count under
+:data:`OTHER_EVENT_TYPE`: a producer that writes a new type per event must not grow the
+process's memory and every scrape without bound.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ from relay.records import ClaimedEvent, PublishResult
 log = logging.getLogger(__name__)
 
 
+#: The ``event_type`` label of every type past the cap (``RELAY_METRICS_MAX_EVENT_TYPES``).
+OTHER_EVENT_TYPE = "other"
+#: Distinct ``event_type`` label values one process keeps apart unless told otherwise.
+DEFAULT_MAX_EVENT_TYPES = 100
+
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LAG = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 
@@ -56,7 +64,16 @@ class PrometheusObserver(Observer):
     _shared: PrometheusObserver | None = None
     _lock = threading.Lock()
 
-    def __init__(self, registry: CollectorRegistry | None = prometheus_client.REGISTRY) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = prometheus_client.REGISTRY,
+        *,
+        max_event_types: int = DEFAULT_MAX_EVENT_TYPES,
+    ) -> None:
+        #: Event types kept apart, first come first served; the rest count as "other".
+        self.max_event_types = max_event_types
+        self._types: set[str] = set()
+        self._types_lock = threading.Lock()
         # source: the database the rows came from (its CloudEvents source), one value per
         # outbox database of the fleet, never an id or a key.
         by_type = ["source", "event_type"]
@@ -113,15 +130,28 @@ class PrometheusObserver(Observer):
         self._children: dict[tuple[int, str, str], Any] = {}
 
     @classmethod
-    def shared(cls) -> PrometheusObserver:
+    def shared(cls, max_event_types: int | None = None) -> PrometheusObserver:
         """The process's observer, on the default registry (created once; metric names are
-        unique in a registry)."""
+        unique in a registry); ``max_event_types``, when given, becomes its cap."""
         with cls._lock:
             if cls._shared is None:
                 cls._shared = cls()
+            if max_event_types is not None:
+                cls._shared.max_event_types = max_event_types
             return cls._shared
 
+    def event_type_label(self, event_type: str) -> str:
+        """``event_type`` if it is one of the first ``max_event_types`` seen, else "other"."""
+        if event_type in self._types:
+            return event_type
+        with self._types_lock:
+            if len(self._types) < self.max_event_types:
+                self._types.add(event_type)
+                return event_type
+        return OTHER_EVENT_TYPE
+
     def _child(self, counter: Counter, source: str, event_type: str) -> Any:
+        """The counter's child for a label value :meth:`event_type_label` gave."""
         key = (id(counter), source, event_type)
         child = self._children.get(key)
         if child is None:
@@ -129,8 +159,9 @@ class PrometheusObserver(Observer):
         return child
 
     def _count(self, counter: Counter, events: Iterable[ClaimedEvent]) -> None:
+        label = self.event_type_label
         for (source, event_type), n in Tally(
-            (e.source or "", e.event_type) for e in events
+            (e.source or "", label(e.event_type)) for e in events
         ).items():
             self._child(counter, source, event_type).inc(n)
 
@@ -156,7 +187,7 @@ class PrometheusObserver(Observer):
             if n == len(events):
                 self._count(counter, events)
             elif n:  # the fence refused some of them, which ones is not known: no event type
-                self._child(counter, events[0].source or "", "").inc(n)
+                self._child(counter, events[0].source or "", self.event_type_label("")).inc(n)
         if outcome.released:
             self.released_total.inc(outcome.released)
         if outcome.lost:
@@ -237,8 +268,10 @@ def _remove(directory: str, owner: int) -> None:
 
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_TYPES",
     "GAUGE_CAP",
     "GAUGE_MIN_INTERVAL_SECONDS",
+    "OTHER_EVENT_TYPE",
     "OutboxCollector",
     "PrometheusObserver",
     "observe_many",

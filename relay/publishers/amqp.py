@@ -32,7 +32,7 @@ import amqp.exceptions
 import kombu
 
 from relay.config import timing
-from relay.exceptions import BrokerBlocked, BrokerUnavailable, MessageRefused, PublishError
+from relay.exceptions import BrokerBlocked, BrokerUnavailable, EventUnsendable, MessageRefused
 from relay.ordering import RunGuard
 from relay.publishers import liveness, message
 from relay.publishers.base import describe, unroutable
@@ -41,8 +41,8 @@ from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
 
-#: Raised while encoding one message (``struct.error``: a short string over 255 bytes).
-_ENCODING_ERRORS = (struct.error, ValueError, TypeError, OverflowError)
+#: The longest AMQP short string (a routing key, a header name), in bytes.
+SHORTSTR_MAX = 255
 #: The broker's refusals of one message (the row's fault, docs/guarantees.md): it closes the
 #: channel, not the connection. 406 PRECONDITION_FAILED (over ``max_message_size``; a queue
 #: declared with other arguments), 404 NOT_FOUND (a task's exchange; the relay's own is
@@ -137,7 +137,7 @@ class AmqpPublisher(liveness.WatchedPublisher):
         """The reason ``event`` fails with; a 404 for the relay's own exchange is no row's
         fault (someone deleted the exchange) but the connection's: it is redeclared."""
         if isinstance(exc, amqp.exceptions.NotFound):
-            exchange = _build(event).exchange
+            exchange = message.prepare(event).exchange
             if exchange is None or exchange == self.exchange.name:
                 raise BrokerUnavailable(f"broker unavailable: {describe(exc)}") from exc
         return f"broker refused: {exc.reply_text or describe(exc)}"
@@ -159,12 +159,17 @@ class AmqpPublisher(liveness.WatchedPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = _build(event)
+                msg = message.prepare(event)
                 self._declare_task_route(msg)
                 frames.append(_encode(encoder, msg))
-            except PublishError as exc:
+            except EventUnsendable as exc:
                 # Nothing of this message was written: only this row (e.g. a header key over
-                # 255 bytes, written by plain SQL) is at fault, and it fails alone.
+                # 255 bytes, written by plain SQL) is at fault, and it fails alone, at once.
+                result.unsendable.append((event, str(exc)))
+                guard.failed(event)
+                continue
+            except MessageRefused as exc:
+                # The broker refused this task's queue declare: an attempt of this row alone.
                 result.rejected.append((event, str(exc)))
                 guard.failed(event)
                 continue
@@ -294,15 +299,27 @@ def _close_channel(channel: Any) -> None:
         log.debug("closing a refused channel: %s", describe(exc))
 
 
-def _build(event: ClaimedEvent) -> message.OutgoingMessage:
-    try:
-        return message.build(event)
-    except _ENCODING_ERRORS as exc:
-        raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc
-
-
 def _encode(encoder: BatchEncoder, msg: message.OutgoingMessage) -> bytes:
+    """The message's frames; what no AMQP frame can carry is the row's fault."""
     try:
         return encoder.encode(msg)
-    except _ENCODING_ERRORS as exc:
-        raise PublishError(f"cannot be sent over AMQP: {describe(exc)}") from exc
+    except RecursionError as exc:
+        raise EventUnsendable("cannot be sent over AMQP: headers nested too deep") from exc
+    except struct.error as exc:
+        raise EventUnsendable(
+            f"cannot be sent over AMQP: {_too_long(msg) or describe(exc)}"
+        ) from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise EventUnsendable(f"cannot be sent over AMQP: {describe(exc)}") from exc
+
+
+def _too_long(msg: message.OutgoingMessage) -> str | None:
+    """Which AMQP short string (255 bytes at most) a message overflows, if one does."""
+    size = len(msg.routing_key.encode("utf-8", "surrogatepass"))
+    if size > SHORTSTR_MAX:
+        return f"event_type is {size} bytes in UTF-8, over the {SHORTSTR_MAX} of a routing key"
+    for name in msg.headers:
+        size = len(str(name).encode("utf-8", "surrogatepass"))
+        if size > SHORTSTR_MAX:
+            return f"a header name is {size} bytes in UTF-8, over the {SHORTSTR_MAX} AMQP allows"
+    return None

@@ -173,7 +173,7 @@ class KombuPublisher:
     def _not_done(todo: list[ClaimedEvent], result: PublishResult) -> list[ClaimedEvent]:
         """``todo`` without the events ``result`` already has a verdict on."""
         done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
-        done |= {e.id for e in result.withheld}
+        done |= {e.id for e in result.withheld} | {e.id for e, _ in result.unsendable}
         return [e for e in todo if e.id not in done]
 
 

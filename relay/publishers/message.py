@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from relay.exceptions import EventUnsendable
 from relay.records import ClaimedEvent
 
 CONTENT_TYPE = "application/json"
@@ -137,6 +138,18 @@ def build(event: ClaimedEvent) -> OutgoingMessage:
         headers=headers,
         message_id=message_id,
     )
+
+
+def prepare(event: ClaimedEvent) -> OutgoingMessage:
+    """:func:`build`, where whatever the row holds that makes building fail is the row's fault:
+    :class:`~relay.exceptions.EventUnsendable` naming it, never another exception (a payload
+    with a number JSON has no text for, a value nested too deep to encode, ...)."""
+    try:
+        return build(event)
+    except RecursionError as exc:
+        raise EventUnsendable("payload or headers nested too deep to encode") from exc
+    except Exception as exc:
+        raise EventUnsendable(f"cannot be encoded: {type(exc).__name__}: {exc}") from exc
 
 
 def build_task(event: ClaimedEvent) -> OutgoingMessage:

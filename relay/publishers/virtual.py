@@ -13,6 +13,7 @@ from typing import Any
 import kombu
 from kombu.utils import json as kombu_json
 
+from relay.exceptions import EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message
 from relay.publishers.base import KombuPublisher, kombu_message, unroutable
@@ -40,7 +41,14 @@ class VirtualPublisher(KombuPublisher):
             if guard.stopped and guard.holds(event):
                 result.withheld.append(event)
                 continue
-            msg = message.build(event)
+            try:
+                msg = message.prepare(event)
+                if event.headers:
+                    _check_headers(msg)
+            except EventUnsendable as exc:
+                result.unsendable.append((event, str(exc)))
+                guard.failed(event)
+                continue
             if msg.exchange is not None:  # a Celery task: its own route, declared first
                 self._declare_route(msg)
                 tasks.append((event, msg))
@@ -71,6 +79,17 @@ class VirtualPublisher(KombuPublisher):
                 msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
             )
             result.confirmed.append(event)
+
+
+def _check_headers(msg: message.OutgoingMessage) -> None:
+    """A virtual transport carries headers as JSON: a row's own headers that JSON cannot carry
+    (nested too deep, a number with no JSON text) are the row's fault, found before publishing."""
+    try:
+        kombu_json.dumps(msg.headers)
+    except RecursionError as exc:
+        raise EventUnsendable("headers nested too deep to encode") from exc
+    except (TypeError, ValueError) as exc:
+        raise EventUnsendable(f"headers cannot be encoded: {exc}") from exc
 
 
 def _push_redis(

@@ -17,15 +17,19 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from relay.exceptions import StoreError
-from relay.records import Status, StatusReport
+from relay.ordering import stalled_key
+from relay.records import Stall, StalledKey, Status, StatusReport
 from relay.store import dialects
 from relay.store.base import BaseStore, executemany
+from relay.store.dialects.keys import KeyStatements
 from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
 from relay.store.filters import EventFilter
 from relay.store.schema import outbox
 
 #: Minutes of sent counts ``relay status`` adds up (the day the purger keeps).
 COUNTS_KEPT_MINUTES = 24 * 60
+#: ``relay status`` counts stalled keys up to this many, and names this many of them.
+STALLED_COUNTED_UP_TO, STALLED_SAMPLE = 10_000, 5
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +44,10 @@ class OperationsStore(BaseStore):
         super().__init__(engine)
         self.ops = dialects.operations_for(self.dialect)
         self.counts = RetentionStatements(self.dialect)
+        self.keys = KeyStatements(self.dialect)
 
     def status(self) -> StatusReport:
-        """Rows per status, age of the oldest pending row, expired leases."""
+        """Rows per status, age of the oldest pending row, expired leases, stalled keys."""
         with self._tx() as conn:
             counts = {str(s): int(n) for s, n in conn.execute(self.ops.count_by_status())}
             sent = counts.pop("total", 0) - sum(counts.values())
@@ -52,19 +57,52 @@ class OperationsStore(BaseStore):
             expired = int(conn.execute(self.ops.expired_leases()).scalar() or 0)
             counted = {"b_minutes": COUNTS_KEPT_MINUTES}
             deleted = int(conn.execute(self.counts.sent_counted(), counted).scalar() or 0)
+            stalled = self._count_stalled(conn, STALLED_COUNTED_UP_TO)
+            sample = self._stalled(conn, STALLED_SAMPLE) if stalled else []
         age_s = None if age is None else max(0.0, float(age))
-        return StatusReport(counts, age_s, expired, deleted)
+        return StatusReport(counts, age_s, expired, deleted, stalled, tuple(sample))
+
+    def stalled_keys(self, limit: int) -> list[StalledKey]:
+        """Up to ``limit`` ordering keys whose next row cannot be claimed, with why."""
+        with self._tx() as conn:
+            return self._stalled(conn, limit)
+
+    def _count_stalled(self, conn: Connection, limit: int) -> int:
+        return int(conn.execute(self.keys.count_stalled(limit)).scalar() or 0)
+
+    def _stalled(self, conn: Connection, limit: int) -> list[StalledKey]:
+        found = []
+        for row in conn.execute(self.keys.stalled_keys(limit)).mappings():
+            head = int(row["sent_seq"]) + 1
+            if row["id"] is None:
+                after = {"b_key": row["ordering_key"], "b_after": head}
+                resumes = conn.execute(self.keys.first_after(), after).scalar()
+                stalled = stalled_key(
+                    row["ordering_key"],
+                    Stall.MISSING,
+                    head,
+                    resumes_at=None if resumes is None else int(resumes),
+                )
+            else:
+                stall = Stall.FAILED if row["status"] == Status.FAILED else Stall.SENT
+                stalled = stalled_key(
+                    row["ordering_key"], stall, head, int(row["id"]), row["last_error"]
+                )
+            found.append(stalled)
+        return sorted(found, key=lambda k: k.key)
 
     def gauges(self, limit: int) -> StatusReport:
-        """What ``relay status`` reports for a metrics scrape, in one statement, each count
-        stopped at ``limit`` rows (bounded scans); ``sent`` is left out (the relay's counter
-        gives its rate)."""
+        """What ``relay status`` reports for a metrics scrape: one statement of counts, each
+        stopped at ``limit`` rows (bounded scans), and the stalled keys, counted up to
+        ``limit``; ``sent`` is left out (the relay's counter gives its rate)."""
         with self._tx() as conn:
             row = conn.execute(self.ops.gauges(limit)).mappings().one()
+            stalled = self._count_stalled(conn, limit)
         counts = {s: int(row[s] or 0) for s in ("pending", "processing", "failed")}
         age = row["oldest_pending_age"]
         expired = int(row["expired_leases"] or 0)
-        return StatusReport(counts, None if age is None else max(0.0, float(age)), expired)
+        age_s = None if age is None else max(0.0, float(age))
+        return StatusReport(counts, age_s, expired, stalled_keys=stalled)
 
     def retention_gauges(self) -> tuple[int, float | None]:
         """Rows past the retention the last purge run left, and seconds since the oldest sent

@@ -78,10 +78,11 @@ def test_a_claimed_row_is_read_in_the_fields_order() -> None:
 
     for name in ("postgresql", "mysql", "sqlite"):
         columns = for_name(name).claim_columns()
-        # ``source`` is the store's, not a column: the last field, set after the claim.
+        # ``source`` and ``defect`` are the store's, not columns: the last fields, set as the
+        # claim's rows are read.
         names = [f.name for f in fields(ClaimedEvent)]
-        assert names[-1] == "source"
-        assert [c.name for c in columns] == names[:-1], name
+        assert names[-2:] == ["source", "defect"]
+        assert [c.name for c in columns] == names[:-2], name
 
 
 #: JSON values as the outbox gives them back: what a JSON text decodes to.

@@ -9,7 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from relay.observe.metrics import PrometheusObserver, observe_many
+from relay.observe.metrics import (
+    DEFAULT_MAX_EVENT_TYPES,
+    OTHER_EVENT_TYPE,
+    PrometheusObserver,
+    observe_many,
+)
 from relay.observe.observers import Recorded
 from relay.records import ClaimedEvent, PublishResult
 
@@ -79,6 +84,59 @@ def test_counters_carry_each_events_source() -> None:
     value = registry.get_sample_value
     assert value("relay_events_sent_total", {"source": "/shop/orders", "event_type": "t"}) == 1
     assert value("relay_events_sent_total", {"source": "/shop/billing", "event_type": "t"}) == 1
+
+
+def _type_labels(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    return {
+        s.labels["event_type"]: s.value
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == name
+    }
+
+
+def test_event_type_labels_are_capped_first_come_first_served_with_totals_kept() -> None:
+    """10,000 distinct event types, cap 100: at most 101 label values (the first 100 seen and
+    "other"), and the counts under them still add up to every row recorded."""
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry, max_event_types=100)
+    events = [_event(n, f"type-{n}") for n in range(10_000)]
+    for start in range(0, len(events), 500):
+        batch = events[start : start + 500]
+        observer.recorded(Recorded(batch, [], batch[:7], 0, 0, True, (len(batch), 0, 7)))
+    sent = _type_labels(registry, "relay_events_sent_total")
+    assert len(sent) == 101
+    assert set(sent) == {f"type-{n}" for n in range(100)} | {OTHER_EVENT_TYPE}
+    assert sum(sent.values()) == 10_000
+    assert sent[OTHER_EVENT_TYPE] == 9_900
+    failed = _type_labels(registry, "relay_events_failed_total")
+    assert len(failed) <= 101
+    assert sum(failed.values()) == 7 * 20
+    assert len(observer._children) <= 3 * 101  # the memory the labels hold is bounded too
+
+
+def test_event_type_cap_zero_counts_every_type_as_other() -> None:
+    """RELAY_METRICS_MAX_EVENT_TYPES=0: one label value for every type."""
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry, max_event_types=0)
+    batch = [_event(1, "a"), _event(2, "b")]
+    observer.recorded(Recorded(batch, [], [], 0, 0, True, (2, 0, 0)))
+    assert _type_labels(registry, "relay_events_sent_total") == {OTHER_EVENT_TYPE: 2}
+
+
+def test_the_shared_observer_takes_the_settings_cap() -> None:
+    """runner.observer passes RELAY_METRICS_MAX_EVENT_TYPES on to the process's observer."""
+    from relay.config import Settings
+    from relay.dispatch import runner
+
+    try:
+        chosen = runner.observer(Settings(metrics_port=9999, metrics_max_event_types=3))
+        observers = getattr(chosen, "observers", [chosen])
+        shared = next(o for o in observers if isinstance(o, PrometheusObserver))
+        assert shared is PrometheusObserver.shared()
+        assert shared.max_event_types == 3
+    finally:
+        PrometheusObserver.shared(DEFAULT_MAX_EVENT_TYPES)
 
 
 def test_broker_blocked_gauge_follows_the_publishers_hook() -> None:

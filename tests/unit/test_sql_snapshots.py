@@ -22,6 +22,7 @@ from sqlalchemy.sql import ClauseElement
 
 from relay.records import Status
 from relay.store.dialects import Dialect, for_name, operations_for
+from relay.store.dialects.keys import KeyStatements
 from relay.store.dialects.retention import RetentionStatements
 from relay.store.filters import EventFilter
 
@@ -107,7 +108,7 @@ def _canned(dialect: Dialect, name: str) -> Any:
 def _builders(name: str) -> list[Any]:
     """The objects whose methods build this database's statements."""
     dialect = for_name(name)
-    return [dialect, operations_for(dialect), RetentionStatements(dialect)]
+    return [dialect, operations_for(dialect), RetentionStatements(dialect), KeyStatements(dialect)]
 
 
 def _statements(builders: Any) -> dict[str, tuple[ClauseElement, str]]:

@@ -101,6 +101,20 @@ WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND ou
 -- count_sent: Add ``b_sent`` events to this minute's count in shard ``b_shard``, with their lag
 INSERT INTO outbox_sent_counts (minute, shard, sent, lag_sum, lag_max) VALUES (CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT), %(b_shard)s::INTEGER, %(b_sent)s::BIGINT, (%(b_sent)s::BIGINT * extract(epoch from now()) - %(b_created_sum)s), (extract(epoch from now()) - %(b_created_min)s)) ON CONFLICT (minute, shard) DO UPDATE SET sent = (outbox_sent_counts.sent + excluded.sent), lag_sum = (outbox_sent_counts.lag_sum + excluded.lag_sum), lag_max = greatest(outbox_sent_counts.lag_max, excluded.lag_max) RETURNING outbox_sent_counts.minute;
 
+-- count_stalled: How many keys are stalled, counted up to ``limit``.
+SELECT count(*) AS count_1
+FROM (SELECT k.ordering_key AS ordering_key, k.sent_seq AS sent_seq, k.id AS id, k.status AS status, k.last_error AS last_error, k.last_seq AS last_seq
+FROM (SELECT outbox_progress.ordering_key AS ordering_key, outbox_progress.sent_seq AS sent_seq, h.id AS id, h.status AS status, h.last_error AS last_error, top.seq AS last_seq
+FROM outbox_progress LEFT OUTER JOIN LATERAL (SELECT outbox.id AS id, outbox.status AS status, outbox.last_error AS last_error
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT
+ LIMIT %(param_1)s::INTEGER) AS h ON true LEFT OUTER JOIN LATERAL (SELECT outbox.seq AS seq
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq IS NOT NULL ORDER BY outbox.seq DESC
+ LIMIT %(param_2)s::INTEGER) AS top ON true) AS k
+WHERE k.id IS NULL AND k.last_seq > k.sent_seq + %(sent_seq_2)s::BIGINT OR k.status IN ('failed', 'sent')
+ LIMIT %(param_3)s::INTEGER) AS anon_1;
+
 -- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
 DELETE FROM outbox WHERE outbox.id = ANY (array((SELECT o.id
 FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
@@ -137,6 +151,12 @@ coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locke
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- first_after: The lowest number of key ``b_key`` above ``b_after`` (a missing head's key: where
+SELECT outbox.seq
+FROM outbox
+WHERE outbox.ordering_key = %(b_key)s::VARCHAR AND outbox.seq IS NOT NULL AND outbox.seq > %(b_after)s::BIGINT ORDER BY outbox.seq
+ LIMIT %(param_1)s::INTEGER;
 
 -- forget_counts: Drop the counts of minutes older than ``b_minutes`` minutes.
 DELETE FROM outbox_sent_counts WHERE outbox_sent_counts.minute <= CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT) - %(b_minutes)s::BIGINT;
@@ -339,6 +359,19 @@ SELECT pg_sequence_last_value(CAST(%(sequence)s AS regclass)) AS value, CAST(CAS
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %(param_1)s::VARCHAR THEN %(param_2)s::INTEGER WHEN %(param_3)s::VARCHAR THEN %(param_4)s::INTEGER ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
+
+-- stalled_keys: Up to ``limit`` stalled keys, in no order (:data:`STALL_COLUMNS`).
+SELECT k.ordering_key, k.sent_seq, k.id, k.status, k.last_error, k.last_seq
+FROM (SELECT outbox_progress.ordering_key AS ordering_key, outbox_progress.sent_seq AS sent_seq, h.id AS id, h.status AS status, h.last_error AS last_error, top.seq AS last_seq
+FROM outbox_progress LEFT OUTER JOIN LATERAL (SELECT outbox.id AS id, outbox.status AS status, outbox.last_error AS last_error
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT
+ LIMIT %(param_1)s::INTEGER) AS h ON true LEFT OUTER JOIN LATERAL (SELECT outbox.seq AS seq
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq IS NOT NULL ORDER BY outbox.seq DESC
+ LIMIT %(param_2)s::INTEGER) AS top ON true) AS k
+WHERE k.id IS NULL AND k.last_seq > k.sent_seq + %(sent_seq_2)s::BIGINT OR k.status IN ('failed', 'sent')
+ LIMIT %(param_3)s::INTEGER;
 
 -- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
 INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (%(key)s::VARCHAR, %(sent_seq)s::BIGINT) ON CONFLICT (ordering_key) DO NOTHING;

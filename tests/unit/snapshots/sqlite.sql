@@ -91,6 +91,17 @@ WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND ou
 -- count_sent: Add ``b_sent`` events to this minute's count in shard ``b_shard``, with their lag
 INSERT INTO outbox_sent_counts (minute, shard, sent, lag_sum, lag_max) VALUES (CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT), ?, ?, (? * ((julianday('now') - 2440587.5) * 86400.0) - ?), (((julianday('now') - 2440587.5) * 86400.0) - ?)) ON CONFLICT (minute, shard) DO UPDATE SET sent = (outbox_sent_counts.sent + excluded.sent), lag_sum = (outbox_sent_counts.lag_sum + excluded.lag_sum), lag_max = max(outbox_sent_counts.lag_max, excluded.lag_max) RETURNING minute;
 
+-- count_stalled: How many keys are stalled, counted up to ``limit``.
+SELECT count(*) AS count_1
+FROM (SELECT k.ordering_key AS ordering_key, k.sent_seq AS sent_seq, k.id AS id, k.status AS status, k.last_error AS last_error, k.last_seq AS last_seq
+FROM (SELECT outbox_progress.ordering_key AS ordering_key, outbox_progress.sent_seq AS sent_seq, h.id AS id, h.status AS status, h.last_error AS last_error, (SELECT outbox.seq
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq IS NOT NULL ORDER BY outbox.seq DESC
+ LIMIT ? OFFSET ?) AS last_seq
+FROM outbox_progress LEFT OUTER JOIN outbox AS h ON h.ordering_key = outbox_progress.ordering_key AND h.seq = outbox_progress.sent_seq + ?) AS k
+WHERE k.id IS NULL AND k.last_seq > k.sent_seq + ? OR k.status IN ('failed', 'sent')
+ LIMIT ? OFFSET ?) AS anon_1;
+
 -- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
 DELETE FROM outbox WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
@@ -123,6 +134,12 @@ coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%
 SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
+-- first_after: The lowest number of key ``b_key`` above ``b_after`` (a missing head's key: where
+SELECT outbox.seq
+FROM outbox
+WHERE outbox.ordering_key = ? AND outbox.seq IS NOT NULL AND outbox.seq > ? ORDER BY outbox.seq
+ LIMIT ? OFFSET ?;
 
 -- forget_counts: Drop the counts of minutes older than ``b_minutes`` minutes.
 DELETE FROM outbox_sent_counts WHERE outbox_sent_counts.minute <= CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - ?;
@@ -290,6 +307,16 @@ WHERE outbox.sent_at >= strftime(?, 'now', printf(?, ?)) GROUP BY floor(((julian
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN ? THEN ? WHEN ? THEN ? ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
+
+-- stalled_keys: Up to ``limit`` stalled keys, in no order (:data:`STALL_COLUMNS`).
+SELECT k.ordering_key, k.sent_seq, k.id, k.status, k.last_error, k.last_seq
+FROM (SELECT outbox_progress.ordering_key AS ordering_key, outbox_progress.sent_seq AS sent_seq, h.id AS id, h.status AS status, h.last_error AS last_error, (SELECT outbox.seq
+FROM outbox
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq IS NOT NULL ORDER BY outbox.seq DESC
+ LIMIT ? OFFSET ?) AS last_seq
+FROM outbox_progress LEFT OUTER JOIN outbox AS h ON h.ordering_key = outbox_progress.ordering_key AND h.seq = outbox_progress.sent_seq + ?) AS k
+WHERE k.id IS NULL AND k.last_seq > k.sent_seq + ? OR k.status IN ('failed', 'sent')
+ LIMIT ? OFFSET ?;
 
 -- start_progress: ``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``.
 INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
