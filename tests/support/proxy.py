@@ -26,6 +26,9 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST,
 
 def _reset(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
+        # Wakes a pump blocked in recv on it (close alone does not) and sends nothing.
+        sock.shutdown(socket.SHUT_RD)
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
     with contextlib.suppress(OSError):
         sock.close()
@@ -130,8 +133,6 @@ class TcpProxy:
             frozen, self._frozen = self._frozen, []
             held, self._held = self._held, []
         for sock in [s for pair in frozen for s in pair] + held:
-            with contextlib.suppress(OSError):  # wakes a pump blocked in recv on it
-                sock.shutdown(socket.SHUT_RDWR)
             _reset(sock)
         self._acceptor.join(timeout=5)
         with contextlib.suppress(OSError):
