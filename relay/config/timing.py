@@ -74,7 +74,7 @@ class DatabaseDeadlines:
 
 
 def database_deadlines(lease_seconds: float = DEFAULT_LEASE_SECONDS) -> DatabaseDeadlines:
-    """The deadlines of database calls for a lease of ``lease_seconds``: 2 s to connect, 10 s a
+    """The deadlines of database calls for a lease of ``lease_seconds``: 5 s to connect, 10 s a
     call and keepalives from 3 s of silence at the default 30 s lease."""
     return DatabaseDeadlines(
         connect_seconds=max(CONNECT_MIN_SECONDS, math.ceil(lease_seconds * CONNECT_SHARE_OF_LEASE)),

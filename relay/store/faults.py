@@ -1,4 +1,4 @@
-"""Which database errors are the connection's fault (DESIGN.md §3.1), by the server's own code.
+"""Which database errors are the connection's fault, not the row's, by the server's own code.
 
 A server that will not take this session's writes is a connection fault, not a database error:
 after a failover the old primary (or the DNS name or virtual IP still pointing at it) answers as

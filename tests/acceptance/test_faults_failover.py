@@ -1,5 +1,6 @@
 """Fault: PostgreSQL fails over behind a writer endpoint (issue 38), with two ``relay dispatch
---loop`` at the default lease and a producer committing ~100 events/s.
+--loop`` (or a Celery fleet: two workers and beat) at the default lease and a producer
+committing ~100 events/s.
 
 - stale endpoint: the primary stops, the standby is promoted, the old primary comes back as a
   read-only standby and the endpoint keeps pointing at it for :data:`HOLD_SECONDS` (a DNS TTL),
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,8 +24,9 @@ import sqlalchemy as sa
 
 from relay.store import migrate
 from relay.store.engine import create_engine
+from tests.support import celery_fleet
 from tests.support.broker import Collector
-from tests.support.env import wait_until
+from tests.support.env import relay_env, wait_until
 from tests.support.failover import Cluster, FailoverProducer
 from tests.support.fleet import (
     IN_FLIGHT_BATCHES,
@@ -89,6 +92,61 @@ def _sent(engine: sa.Engine) -> int:
     return len(ids_with_status(engine, "sent"))
 
 
+@dataclass
+class _Run:
+    """What happened in one failover, for the report."""
+
+    resumed: float = 0.0
+    events: int = 0
+    duplicates: int = 0
+
+
+def _fail_over_and_audit(
+    fault: str,
+    cluster: Cluster,
+    collector: Collector,
+    assert_alive: Callable[[], None],
+) -> _Run:
+    """Produce, fail over with ``fault``, answer from the new primary, drain and audit:
+    ``assert_alive`` (no relay process exited) is checked throughout."""
+    run = _Run()
+    producer = FailoverProducer(cluster.primary_url)
+    primary = create_engine(cluster.primary_url)
+    new_primary = create_engine(cluster.standby_url)
+    try:
+        producer.start()
+        wait_until(lambda: _sent(primary), 60, "the first deliveries")
+        primary.dispose()
+        FAULTS[fault](cluster, producer)
+        faulted = time.monotonic()
+        # The endpoint stays wrong this long (not synchronisation); the relays must live.
+        while time.monotonic() - faulted < HOLD_SECONDS:
+            assert_alive()
+            time.sleep(1.0)
+        sent_before = _sent(new_primary)
+        _answer_from_new_primary(cluster)
+        run.resumed = wait_until(
+            lambda: _sent(new_primary) > sent_before, RESUME_BOUND, "delivery to resume"
+        )
+        # A few more seconds of commits on the new primary, then the drain.
+        time.sleep(3.0)
+        producer.stop()
+        wait_until(lambda: drained(new_primary), 2 * LEASE + 30, "the drain after the failover")
+        assert_alive()
+        audit = audit_delivery(
+            new_primary,
+            collector,
+            producer.committed(new_primary),
+            duplicate_bound=WORKERS * IN_FLIGHT_BATCHES * BATCH,
+        )
+        run.events, run.duplicates = audit.events, audit.duplicates
+    finally:
+        producer.stop()
+        primary.dispose()
+        new_primary.dispose()
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.timeout(300)
@@ -101,8 +159,8 @@ def test_failover_loses_nothing_and_delivery_resumes(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    """Every acknowledged commit delivered, no relay exits, delivery again within 30 s of the
-    endpoint answering from the new primary."""
+    """``relay dispatch --loop``: every acknowledged commit delivered, no relay exits, delivery
+    again within 30 s of the endpoint answering from the new primary."""
     env = fleet_env(
         cluster.endpoint_url,
         amqp_url,
@@ -113,44 +171,13 @@ def test_failover_loses_nothing_and_delivery_resumes(
         batch_max=BATCH,
     )
     fleet = Fleet(env, tmp_path)
-    producer = FailoverProducer(cluster.primary_url)
-    primary = create_engine(cluster.primary_url)
-    new_primary = create_engine(cluster.standby_url)
     try:
         fleet.start(WORKERS)
-        producer.start()
-        wait_until(lambda: _sent(primary), 60, "the first deliveries")
-        primary.dispose()
-        FAULTS[fault](cluster, producer)
-        faulted = time.monotonic()
-        # The endpoint stays wrong this long (not synchronisation); the relays must live.
-        while time.monotonic() - faulted < HOLD_SECONDS:
-            fleet.assert_alive()
-            time.sleep(1.0)
-        sent_before = _sent(new_primary)
-        _answer_from_new_primary(cluster)
-        resumed = wait_until(
-            lambda: _sent(new_primary) > sent_before, RESUME_BOUND, "delivery to resume"
-        )
-        # A few more seconds of commits on the new primary, then the drain.
-        time.sleep(3.0)
-        producer.stop()
-        wait_until(lambda: drained(new_primary), 2 * LEASE + 30, "the drain after the failover")
-        fleet.assert_alive()
-        committed = producer.committed(new_primary)
-        result = audit_delivery(
-            new_primary,
-            collector,
-            committed,
-            duplicate_bound=WORKERS * IN_FLIGHT_BATCHES * BATCH,
-        )
+        run = _fail_over_and_audit(fault, cluster, collector, fleet.assert_alive)
         logs = fleet.logs()
         codes = fleet.stop()
     finally:
-        producer.stop()
         fleet.stop()
-        primary.dispose()
-        new_primary.dispose()
     assert set(codes.values()) == {0}, fleet.failures(codes)
     assert "database unavailable" in logs
     assert "Grant the relay's role" not in logs
@@ -159,10 +186,52 @@ def test_failover_loses_nothing_and_delivery_resumes(
     if fault == "silent-peer":
         assert "database call abandoned" in logs
     report(
-        f"pg-failover-{fault}",
-        events=result.events,
-        acknowledged=len(producer.acknowledged),
-        producer_failures=producer.failures,
-        duplicates=result.duplicates,
-        resume_after_answering_s=resumed,
+        f"pg-failover-{fault}-dispatch-loop",
+        events=run.events,
+        duplicates=run.duplicates,
+        resume_after_answering_s=run.resumed,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_failover_through_a_celery_fleet_loses_nothing(
+    fault: str,
+    cluster: Cluster,
+    amqp_url: str,
+    exchange_name: str,
+    collector: Collector,
+    tmp_path: Path,
+) -> None:
+    """The same failovers under two ``celery -A relay worker`` and a beat: the same outcome."""
+    env = relay_env(
+        database_url=cluster.endpoint_url,
+        broker_url=amqp_url,
+        exchange=exchange_name,
+        queue=celery_fleet.unique_queue(),
+        lease_seconds=LEASE,
+        confirm_timeout_seconds=5,
+        batch_size=BATCH,
+        batch_max=BATCH,
+        tick_seconds=0.5,
+    )
+    with celery_fleet.fleet(env, tmp_path) as fleet:
+        fleet.worker("f1")
+        fleet.worker("f2")
+        fleet.beat()
+
+        def assert_alive() -> None:
+            dead = [p.name for p in fleet.procs if p.popen.poll() is not None]
+            assert not dead, f"{dead} exited:\n" + "\n".join(p.log()[-3000:] for p in fleet.procs)
+
+        run = _fail_over_and_audit(fault, cluster, collector, assert_alive)
+        logs = "\n".join(p.log() for p in fleet.procs)
+    assert "Grant the relay's role" not in logs
+    report(
+        f"pg-failover-{fault}-celery",
+        events=run.events,
+        duplicates=run.duplicates,
+        resume_after_answering_s=run.resumed,
     )
