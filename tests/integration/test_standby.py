@@ -1,7 +1,8 @@
 """A PostgreSQL standby (read-only, in recovery) met by the relay, as after a failover whose DNS
 name or virtual IP still points at the old primary: a connection fault for the store and the
 wake-up's reader, never a database error or grant advice; a multi-host URL with
-``target_session_attrs=read-write`` finds the primary whatever the hosts' order."""
+``target_session_attrs=read-write`` finds the primary whatever the hosts' order. The same for a
+read-only MariaDB server."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from relay.store import migrate
 from relay.store.dispatch import DispatchStore
 from relay.store.engine import create_engine
 from relay.store.watch import SequenceReader
+from tests.support import services
 from tests.support.pgserver import in_recovery, throwaway_pair
+from tools import mariaserver
 
 DEADLINES = timing.database_deadlines(3.0)
 
@@ -76,3 +79,43 @@ def test_a_multi_host_url_with_read_write_finds_the_primary(
             assert conn.execute(sa.text("SELECT pg_is_in_recovery()")).scalar() is False
     finally:
         engine.dispose()
+
+
+@pytest.mark.timeout(120)
+def test_a_read_only_mariadb_server_is_a_connection_fault() -> None:
+    """MariaDB set ``read_only`` (a replica, or a primary demoted by the failover tooling):
+    the relay's role is refused with error 1290, which the store takes for a connection fault
+    (DatabaseUnavailable, retryable), and it works again once the server takes writes. On a
+    throw-away server: the shared one is never reconfigured."""
+    if mariaserver.find_binaries() is None:
+        message = "MariaDB's server is not installed (apt-get install mariadb-server)"
+        if services.IN_CI:
+            pytest.fail(f"{message}; CI requires it", pytrace=False)
+        pytest.skip(message)
+    with mariaserver.server() as server:
+        admin = sa.create_engine(server.admin_url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text("CREATE DATABASE relay"))
+                # Not root: a role with the SUPER or READ ONLY ADMIN privilege may still write.
+                conn.execute(sa.text("CREATE USER relay@'%'"))
+                conn.execute(sa.text("GRANT ALL ON relay.* TO relay@'%'"))
+            url = sa.make_url(server.admin_url).set(database="relay")
+            migrate.upgrade(url.render_as_string(False))
+            relay_url = url.set(username="relay").render_as_string(False)
+            store = DispatchStore.from_url(relay_url, deadlines=DEADLINES, abandon_calls=True)
+            try:
+                assert store.claim("w", 10, 3.0) == []
+                with admin.connect() as conn:
+                    conn.execute(sa.text("SET GLOBAL read_only = 1"))
+                with pytest.raises(DatabaseUnavailable) as refused:
+                    store.claim("w", 10, 3.0)
+                with admin.connect() as conn:
+                    conn.execute(sa.text("SET GLOBAL read_only = 0"))
+                assert store.claim("w", 10, 3.0) == []
+            finally:
+                store.dispose()
+        finally:
+            admin.dispose()
+    assert refused.value.retryable
+    assert "1290" in str(refused.value.__cause__)
