@@ -84,6 +84,8 @@ def create_engine(
     except ImportError as exc:
         hint = _EXTRAS.get(getattr(exc, "name", None) or "", "")
         raise StoreError(f"{variable}={redact(url)!r}: {exc}{hint}") from exc
+    if engine.dialect.name == "postgresql":
+        _check_host_list(engine.url, variable)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_begin_immediate)
@@ -91,6 +93,17 @@ def create_engine(
     if abandon_calls and engine.dialect.name != "sqlite":
         watchdog.install(engine, deadlines.call_seconds)
     return engine
+
+
+def _check_host_list(url: sa.URL, variable: str) -> None:
+    """Refuse ``?host=a:5432,b:5433``: SQLAlchemy splits it at the colon and hands libpq a port
+    of ``,``, which fails at every connection, for ever, with a message about integers."""
+    hosts = url.query.get("host")
+    if isinstance(hosts, str) and "," in hosts and ":" in hosts:
+        raise ConfigError(
+            f"{variable}={redact(url.render_as_string(hide_password=True))!r}: a host list with "
+            "ports is written ?host=a:5432&host=b:5432 (or ?host=a,b&port=5432,5432)"
+        )
 
 
 def connect_deadlines(

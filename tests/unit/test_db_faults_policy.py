@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from relay.config import timing
+from relay.exceptions import ConfigError
 from relay.store import faults
+from relay.store.engine import create_engine
 from relay.store.watchdog import Watchdog
 
 
@@ -106,3 +108,12 @@ def test_the_watchdog_shuts_the_socket_of_a_call_past_its_deadline() -> None:
     finally:
         for s in (ours, peer, quick, quick_peer):
             s.close()
+
+
+def test_a_host_list_with_ports_in_one_parameter_is_refused_with_the_form_that_works() -> None:
+    """``?host=a:5432,b:5433`` would fail every connection with "invalid integer value";
+    the relay refuses it at start, naming the variable and the spelling SQLAlchemy reads."""
+    with pytest.raises(ConfigError, match=r"RELAY_DATABASE_URL=.*\?host=a:5432&host=b:5432"):
+        create_engine("postgresql://u@/db?host=a:5432,b:5433&target_session_attrs=read-write")
+    for fine in ("postgresql://u@/db?host=a:5432&host=b:5433", "postgresql://u@/db?host=a,b"):
+        create_engine(fine).dispose()  # no connection is made
