@@ -21,6 +21,16 @@ import sqlalchemy as sa
 #: A server whose data is thrown away: durability buys nothing and costs the shared disk.
 FAST: Mapping[str, str] = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
+#: A primary with a synchronous streaming standby (:func:`replicated_pair`): a commit is
+#: acknowledged once the standby has it, so a failover loses no acknowledged commit.
+REPLICATED: Mapping[str, str] = {
+    **FAST,
+    "synchronous_commit": "on",
+    "wal_level": "replica",
+    "max_wal_senders": "8",
+    "hot_standby": "on",
+}
+
 #: Where Debian puts each major version's server binaries; the newest one is used.
 DEBIAN_BINDIRS = "/usr/lib/postgresql"
 #: The OS user that runs the server when the tests run as root (initdb refuses root).
@@ -91,6 +101,31 @@ class PgServer:
         """Stop; ``fast`` cuts the sessions, as an operator's restart does."""
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
+    def base_backup(self, primary: PgServer) -> None:
+        """Make this (not yet initialised) server a streaming standby of ``primary``:
+        ``pg_basebackup -R`` writes its ``primary_conninfo`` and ``standby.signal``."""
+        self._run(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+            "-D", str(self.data), "-R", "-X", "stream", "-c", "fast", "--no-sync",
+        )  # fmt: skip
+
+    def follow(self, primary: PgServer) -> None:
+        """Make this stopped server a standby of ``primary`` at its next start (an old primary
+        coming back after a failover): read-only, in recovery, whether or not it can follow
+        the new timeline."""
+        conninfo = f"host=127.0.0.1 port={primary.port} user=postgres"
+        auto = self.data / "postgresql.auto.conf"
+        with auto.open("a") as conf:
+            conf.write(f"primary_conninfo = '{conninfo}'\n")
+        (self.data / "standby.signal").touch()
+        if os.geteuid() == 0:
+            for path in (auto, self.data / "standby.signal"):
+                shutil.chown(path, user=OS_USER, group=OS_USER)
+
+    def promote(self) -> None:
+        """Promote this standby to a primary, and wait until it takes writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "promote")
+
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()
 
@@ -108,6 +143,22 @@ class PgServer:
         return self.url_for(name)
 
 
+def _new_server(bindir: Path) -> PgServer:
+    root = Path(tempfile.mkdtemp(prefix="relay-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(root, user=OS_USER, group=OS_USER)
+    return PgServer(bindir, root, free_port())
+
+
+def _remove(pg: PgServer) -> None:
+    try:
+        if pg.running():
+            # Immediate: nothing on a throw-away server is worth a checkpoint.
+            pg.stop("immediate")
+    finally:
+        shutil.rmtree(pg.root, ignore_errors=True)
+
+
 class NoServerBinaries(RuntimeError):
     """No ``initdb``/``pg_ctl`` on this machine (Debian: ``apt-get install postgresql``)."""
 
@@ -119,18 +170,36 @@ def server(settings: Mapping[str, str] = FAST) -> Iterator[PgServer]:
     bindir = find_bindir()
     if bindir is None:
         raise NoServerBinaries(NoServerBinaries.__doc__)
-    root = Path(tempfile.mkdtemp(prefix="relay-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, user=OS_USER, group=OS_USER)
-    pg = PgServer(bindir, root, free_port())
+    pg = _new_server(bindir)
     try:
         pg.init()
         pg.start(settings)
         yield pg
     finally:
+        _remove(pg)
+
+
+@contextmanager
+def replicated_pair() -> Iterator[tuple[PgServer, PgServer]]:
+    """A started primary and its synchronous streaming standby (:data:`REPLICATED`), each on
+    its own port and directory, both stopped and deleted on exit whatever happened; raises
+    :class:`NoServerBinaries` when PostgreSQL is not installed. Start either again (after a
+    :meth:`PgServer.promote` or :meth:`PgServer.follow`) with :data:`REPLICATED`."""
+    bindir = find_bindir()
+    if bindir is None:
+        raise NoServerBinaries(NoServerBinaries.__doc__)
+    primary, standby = _new_server(bindir), _new_server(bindir)
+    try:
+        primary.init()
+        # remote_apply: an acknowledged commit is already visible on the standby.
+        primary.start(
+            {**REPLICATED, "synchronous_standby_names": "'*'", "synchronous_commit": "remote_apply"}
+        )
+        standby.base_backup(primary)
+        standby.start(REPLICATED)
+        yield primary, standby
+    finally:
         try:
-            if pg.running():
-                # Immediate: nothing on a throw-away server is worth a checkpoint.
-                pg.stop("immediate")
+            _remove(standby)
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            _remove(primary)

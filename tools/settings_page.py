@@ -52,7 +52,10 @@ MEANING: dict[str, str] = {
     "`RELAY_BATCH_SIZE` up to this; a short claim starts again from the batch size. Set it "
     "equal to the batch size for fixed batches (and a tighter duplicate bound)",
     "lease_seconds": "lease length; renewed every third of it while a batch publishes. Give "
-    "Celery workers a stop grace period longer than this",
+    "Celery workers a stop grace period longer than this. The database deadlines derive from "
+    "it: a dispatch call is abandoned after a third of it (at least 1 s), connecting may take "
+    "a sixth (at least 2 s), TCP keepalives start after a tenth "
+    "([Failover and dead connections](guarantees.md#failover-and-dead-connections))",
     "max_attempts": "after this many failed attempts a row becomes `failed` (a dead letter)",
     "backoff_base_seconds": "first backoff after a failed attempt: exponential with full "
     "jitter, capped by `RELAY_BACKOFF_MAX_SECONDS`",

@@ -1,11 +1,15 @@
-"""The timing fractions and bounds the relay runs by, named in one place; constants only (the
-adaptive poll that uses some of them is :class:`relay.policy.IdlePoll`).
+"""The timing fractions and bounds the relay runs by, named in one place: constants, and the
+database call deadlines derived from the lease (:func:`database_deadlines`). The adaptive poll
+that uses some of them is :class:`relay.policy.IdlePoll`.
 
 Most are shares of the lease (``RELAY_LEASE_SECONDS``): whatever a worker does with a batch
 must end well inside the lease it holds on it, so these scale with it.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 #: One drain (``claim_and_dispatch``, a ``dispatch`` cycle) claims again only within this share.
 DRAIN_SHARE_OF_LEASE = 0.5
@@ -43,3 +47,50 @@ RECORD_RETRY_FIRST_SECONDS, RECORD_RETRY_MAX_SECONDS = 0.05, 2.0
 DATABASE_RETRY_FIRST_SECONDS, DATABASE_RETRY_MAX_SECONDS = 0.1, 5.0
 #: First and longest wait of the wake-up's watcher while the database is unreachable.
 WATCH_RETRY_FIRST_SECONDS, WATCH_RETRY_MAX_SECONDS = 0.1, 5.0
+
+#: The lease ``RELAY_LEASE_SECONDS`` defaults to: the deadlines of an engine built without one.
+DEFAULT_LEASE_SECONDS = 30.0
+#: A dispatch-path database call (a claim, an outcome, a renewal, a wake-up's look) still running
+#: after this share of the lease is abandoned: its socket is shut from outside
+#: (:mod:`relay.store.watchdog`). A third: a renewal that hangs this long still leaves the next
+#: one time to land before the lease it renewed runs out.
+CALL_SHARE_OF_LEASE = 1 / 3
+#: ... but never sooner than this: a loaded machine may take a second over a claim.
+CALL_MIN_SECONDS = 1.0
+#: Connecting (TCP, TLS, start-up) may take this share of the lease, at least the floor (libpq
+#: counts whole seconds, and refuses less than 2).
+CONNECT_SHARE_OF_LEASE = 1 / 6
+CONNECT_MIN_SECONDS = 2
+#: TCP keepalives: first probe after this share of the lease of silence, then one a second; a
+#: peer that answers none of KEEPALIVE_COUNT probes is dead.
+KEEPALIVE_IDLE_SHARE_OF_LEASE = 1 / 10
+KEEPALIVE_INTERVAL_SECONDS = 1
+KEEPALIVE_COUNT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseDeadlines:
+    """How long a database connection may take to connect, to stay silent, and to answer one
+    call; all derived from the lease, so that a dead server is noticed before a lease runs out."""
+
+    #: Establishing a connection (whole seconds: what libpq and PyMySQL take).
+    connect_seconds: int
+    #: Idle seconds before the first keepalive probe, seconds between probes, probes unanswered.
+    keepalive_idle_seconds: int
+    keepalive_interval_seconds: int
+    keepalive_count: int
+    #: One call on the dispatch path: past it the watchdog abandons the call; also TCP's user
+    #: timeout (unacknowledged data) and PyMySQL's read and write timeouts.
+    call_seconds: float
+
+
+def database_deadlines(lease_seconds: float = DEFAULT_LEASE_SECONDS) -> DatabaseDeadlines:
+    """The deadlines of database calls for a lease of ``lease_seconds``: 5 s to connect, 10 s a
+    call and keepalives from 3 s of silence at the default 30 s lease."""
+    return DatabaseDeadlines(
+        connect_seconds=max(CONNECT_MIN_SECONDS, math.ceil(lease_seconds * CONNECT_SHARE_OF_LEASE)),
+        keepalive_idle_seconds=max(1, math.ceil(lease_seconds * KEEPALIVE_IDLE_SHARE_OF_LEASE)),
+        keepalive_interval_seconds=KEEPALIVE_INTERVAL_SECONDS,
+        keepalive_count=KEEPALIVE_COUNT,
+        call_seconds=max(CALL_MIN_SECONDS, lease_seconds * CALL_SHARE_OF_LEASE),
+    )

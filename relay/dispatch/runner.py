@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.observe.observers import Observer, Observers
-from relay.store.dispatch import DispatchStore
+from relay.store.dispatch import DispatchStore, dispatch_engine_kwargs
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -155,7 +155,10 @@ def wake_watcher(
         return None
     # Two connections: the reader keeps one for its looks, the looks for rows take the other.
     store = DispatchStore.from_url(
-        settings.listen_connection_url, pool_size=2, variable=settings.listen_variable
+        settings.listen_connection_url,
+        pool_size=2,
+        variable=settings.listen_variable,
+        **dispatch_engine_kwargs(settings),
     )
     return watch.SequenceWatcher(
         store, on_wake, settings.poll_floor_seconds, on_unwatchable=on_unwatchable
@@ -168,13 +171,15 @@ def watcher(settings: Settings, on_found: Callable[[], None]) -> SequenceWatcher
     s = settings
     from relay.dispatch.watch import Poller, poll_instead
 
-    instead = poll_instead(s.database_url, on_found, s.poll_floor_seconds, s.idle_poll_seconds)
+    deadlines = dispatch_engine_kwargs(s)
+    instead = poll_instead(
+        s.database_url, on_found, s.poll_floor_seconds, s.idle_poll_seconds, **deadlines
+    )
     found = wake_watcher(s, on_found, on_unwatchable=instead)
     if found is not None:
         return found
-    poller = Poller(
-        DispatchStore.from_url(s.database_url), on_found, s.poll_floor_seconds, s.idle_poll_seconds
-    ).start()
+    store = DispatchStore.from_url(s.database_url, **deadlines)
+    poller = Poller(store, on_found, s.poll_floor_seconds, s.idle_poll_seconds).start()
     log_celery.info(
         "relay poller started: every %gs to %gs", s.poll_floor_seconds, s.idle_poll_seconds
     )

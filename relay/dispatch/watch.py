@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from typing import Self
+from typing import Any, Self
 
 import sqlalchemy as sa
 
@@ -255,13 +255,18 @@ class Poller(_Background):
 
 
 def poll_instead(
-    database_url: str, on_found: Callable[[], None], floor: float, ceiling: float
+    database_url: str,
+    on_found: Callable[[], None],
+    floor: float,
+    ceiling: float,
+    **engine_kwargs: Any,
 ) -> Callable[[], None]:
     """An ``on_unwatchable`` for :class:`SequenceWatcher`: start a :class:`Poller` looking every
-    ``floor`` seconds up to ``ceiling`` (``Settings.idle_poll_seconds``)."""
+    ``floor`` seconds up to ``ceiling`` (``Settings.idle_poll_seconds``), its engine built with
+    ``engine_kwargs`` (the dispatch path's deadlines)."""
 
     def start() -> None:
-        Poller(Store.from_url(database_url), on_found, floor, ceiling).start()
+        Poller(Store.from_url(database_url, **engine_kwargs), on_found, floor, ceiling).start()
         log.warning("relay poller started instead: every %gs to %gs", floor, ceiling)
 
     return start

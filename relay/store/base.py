@@ -16,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 
 from relay.config.urls import redact
 from relay.exceptions import DatabaseUnavailable, StoreError
-from relay.store import dialects
+from relay.store import dialects, faults, watchdog
 from relay.store.engine import create_engine
 
 
@@ -26,6 +26,8 @@ class BaseStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = dialects.for_name(engine.dialect.name)
+        #: Abandons calls past their deadline, on the dispatch path (None elsewhere).
+        self.watchdog = watchdog.of(engine)
 
     @classmethod
     def from_url(cls, url: str, **engine_kwargs: Any) -> Self:
@@ -36,7 +38,12 @@ class BaseStore:
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Connection]:
-        with translate_errors(), self.engine.begin() as conn:
+        if self.watchdog is None:
+            with translate_errors(), self.engine.begin() as conn:
+                yield conn
+            return
+        with translate_errors(), self.watchdog.guard(), self.engine.begin() as conn:
+            self.watchdog.watch(conn.connection)
             yield conn
 
 
@@ -51,12 +58,14 @@ def executemany(conn: Connection, stmt: sa.Update, params: list[dict[str, Any]])
 
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
-    """SQLAlchemy's errors as the relay's: unreachable database or any other database error."""
+    """SQLAlchemy's errors as the relay's: the connection's fault (unreachable, broken, a call
+    abandoned, a server that will not take writes: :func:`relay.store.faults.is_unavailable`)
+    or any other database error."""
     try:
         yield
-    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
-        raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
     except sa_exc.SQLAlchemyError as exc:
+        if faults.is_unavailable(exc):
+            raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
         raise StoreError(f"database error: {_describe(exc)}") from exc
 
 

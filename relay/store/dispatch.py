@@ -14,7 +14,7 @@ from typing import Any, Self
 from sqlalchemy import Connection, Engine
 
 from relay import ordering
-from relay.config import Settings
+from relay.config import Settings, timing
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.base import BaseStore, executemany
 from relay.store.dialects.retention import RetentionStatements
@@ -57,12 +57,13 @@ class DispatchStore(BaseStore):
     @classmethod
     def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
         """The store every relay process dispatches through: ``RELAY_DATABASE_URL``, with
-        ``RELAY_SOURCE`` as its messages' source, deleting at send with ``RELAY_DELETE_ON_SEND``."""
+        ``RELAY_SOURCE`` as its messages' source, deleting at send with ``RELAY_DELETE_ON_SEND``,
+        every call bounded by deadlines derived from the lease (:func:`dispatch_engine_kwargs`)."""
         return cls.from_url(
             settings.database_url,
             source=settings.source,
             delete_on_send=settings.delete_on_send,
-            **engine_kwargs,
+            **{**dispatch_engine_kwargs(settings), **engine_kwargs},
         )
 
     # -- the dispatch cycle ----------------------------------------------------------------
@@ -264,6 +265,13 @@ class DispatchStore(BaseStore):
         cost does not grow with the rows relayed since the table's last vacuum."""
         with self._tx() as conn:
             return int(conn.execute(self.dialect.backlog(limit, expired=expired)).scalar() or 0)
+
+
+def dispatch_engine_kwargs(settings: Settings) -> dict[str, Any]:
+    """Engine options of the dispatch path and its wake-ups: deadlines from the lease, and a
+    watchdog abandoning any call past a third of it (:mod:`relay.store.watchdog`), so that a
+    server that stops answering is noticed before the leases it holds run out."""
+    return {"deadlines": timing.database_deadlines(settings.lease_seconds), "abandon_calls": True}
 
 
 #: The name the dispatcher, the lease keeper and the wake-ups have always used.

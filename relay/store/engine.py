@@ -15,8 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
+from relay.config import timing
 from relay.config.urls import redact
 from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
+from relay.store import faults, watchdog
 
 _DEFAULT_DRIVERS = {
     "postgresql": "postgresql+psycopg",
@@ -36,9 +38,23 @@ def normalize_url(url: str) -> str:
     return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
 
 
-def create_engine(url: str, *, variable: str = "RELAY_DATABASE_URL", **kwargs: Any) -> Engine:
+def create_engine(
+    url: str,
+    *,
+    variable: str = "RELAY_DATABASE_URL",
+    deadlines: timing.DatabaseDeadlines | None = None,
+    abandon_calls: bool = False,
+    **kwargs: Any,
+) -> Engine:
     """An engine for the outbox database, tuned per dialect; errors in ``url`` name
     ``variable``, the setting it came from.
+
+    Every connection has deadlines (``deadlines``, by default those of the default lease;
+    :func:`connect_deadlines`): to connect, TCP keepalives and user timeout (PostgreSQL), read
+    and write timeouts (MySQL/MariaDB); a value the URL sets is kept. With ``abandon_calls`` a
+    :mod:`relay.store.watchdog` abandons any store call past ``deadlines.call_seconds``. A server
+    that will not take writes (SQLSTATE 25006 ...) counts as a disconnect (:mod:`relay.store.
+    faults`).
 
     SQLite: WAL, a busy timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that
     writers queue for the lock instead of failing. MySQL/MariaDB: READ COMMITTED, so the
@@ -46,17 +62,18 @@ def create_engine(url: str, *, variable: str = "RELAY_DATABASE_URL", **kwargs: A
     PostgreSQL (psycopg): no server-side prepared statements (:data:`PSYCOPG_CONNECT_ARGS`).
     """
     url = normalize_url(url)
+    deadlines = deadlines or timing.database_deadlines()
     options: dict[str, Any] = {"pool_pre_ping": True, "json_deserializer": json_loads}
     if url.startswith("sqlite"):
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
-    elif url.startswith(("mysql", "mariadb")):
-        options["isolation_level"] = "READ COMMITTED"
-    elif url.startswith("postgresql+psycopg:"):
+    else:
+        if url.startswith(("mysql", "mariadb")):
+            options["isolation_level"] = "READ COMMITTED"
+        ours = connect_deadlines(url, deadlines, calls=abandon_calls)
+        if url.startswith("postgresql+psycopg:"):
+            ours = {**PSYCOPG_CONNECT_ARGS, **ours}
         # Merged under the caller's own connect_args, which may still choose to prepare.
-        kwargs = {
-            **kwargs,
-            "connect_args": {**PSYCOPG_CONNECT_ARGS, **kwargs.get("connect_args", {})},
-        }
+        kwargs = {**kwargs, "connect_args": {**ours, **kwargs.get("connect_args", {})}}
     options.update(kwargs)
     try:
         engine = sa.create_engine(url, **options)
@@ -67,10 +84,59 @@ def create_engine(url: str, *, variable: str = "RELAY_DATABASE_URL", **kwargs: A
     except ImportError as exc:
         hint = _EXTRAS.get(getattr(exc, "name", None) or "", "")
         raise StoreError(f"{variable}={redact(url)!r}: {exc}{hint}") from exc
+    if engine.dialect.name == "postgresql":
+        _check_host_list(engine.url, variable)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_begin_immediate)
+    faults.install(engine)
+    if abandon_calls and engine.dialect.name != "sqlite":
+        watchdog.install(engine, deadlines.call_seconds)
     return engine
+
+
+def _check_host_list(url: sa.URL, variable: str) -> None:
+    """Refuse ``?host=a:5432,b:5433``: SQLAlchemy splits it at the colon and hands libpq a port
+    of ``,``, which fails at every connection, for ever, with a message about integers."""
+    hosts = url.query.get("host")
+    if isinstance(hosts, str) and "," in hosts and ":" in hosts:
+        raise ConfigError(
+            f"{variable}={redact(url.render_as_string(hide_password=True))!r}: a host list with "
+            "ports is written ?host=a:5432&host=b:5432 (or ?host=a,b&port=5432,5432)"
+        )
+
+
+def connect_deadlines(
+    url: str, deadlines: timing.DatabaseDeadlines, *, calls: bool = False
+) -> dict[str, Any]:
+    """The driver's connection arguments for ``deadlines``, leaving out any the URL sets (the
+    URL's query becomes connection arguments too, and the dialect lets ours win over it).
+
+    psycopg (libpq): ``connect_timeout``, keepalives, ``tcp_user_timeout`` (ms: data the peer
+    does not acknowledge for that long breaks the connection; a long statement sends none, so
+    an operator's purge is not cut). PyMySQL: a connect timeout, and with ``calls`` (the
+    dispatch path, whose calls are short) read and write timeouts, which bound every call."""
+    d = deadlines
+    if url.startswith("postgresql+psycopg"):
+        wanted: dict[str, Any] = {
+            "connect_timeout": d.connect_seconds,
+            "keepalives": 1,
+            "keepalives_idle": d.keepalive_idle_seconds,
+            "keepalives_interval": d.keepalive_interval_seconds,
+            "keepalives_count": d.keepalive_count,
+            "tcp_user_timeout": int(d.call_seconds * 1000),
+        }
+    elif url.startswith(("mysql+pymysql", "mariadb+pymysql")):
+        wanted = {"connect_timeout": d.connect_seconds}
+        if calls:
+            wanted.update(read_timeout=d.call_seconds, write_timeout=d.call_seconds)
+    else:
+        return {}
+    try:
+        given = set(sa.make_url(url).query)
+    except (sa_exc.ArgumentError, ValueError):
+        return wanted  # create_engine names the bad URL
+    return {k: v for k, v in wanted.items() if k not in given}
 
 
 #: psycopg prepares a statement on the server after its fifth execution on a connection and
@@ -90,9 +156,9 @@ def ping(engine: Engine) -> None:
     try:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
-    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
-        raise DatabaseUnavailable(f"database unreachable: {_first_line(exc)}") from exc
     except sa_exc.SQLAlchemyError as exc:
+        if faults.is_unavailable(exc):
+            raise DatabaseUnavailable(f"database unreachable: {_first_line(exc)}") from exc
         raise StoreError(f"database error: {_first_line(exc)}") from exc
 
 

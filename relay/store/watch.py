@@ -18,6 +18,7 @@ from sqlalchemy import TextClause
 
 from relay.config.urls import redact
 from relay.exceptions import DatabaseUnavailable, StoreError
+from relay.store import faults
 from relay.store.base import translate_errors
 from relay.store.dialects.postgresql import PostgresDialect
 from relay.store.dispatch import Store
@@ -79,7 +80,9 @@ class SequenceReader:
         sql = self._compiled.get(name)
         if sql is None:
             sql = self._compiled[name] = str(stmt.compile(dialect=self.store.engine.dialect))
-        with translate_errors(), self._translated():
+        dog = self.store.watchdog
+        guarded = dog.guard() if dog is not None else contextlib.nullcontext()
+        with translate_errors(), self._translated(), guarded:
             if self._conn is None:
                 raw = self.store.engine.raw_connection()
                 conn = raw.driver_connection
@@ -88,6 +91,8 @@ class SequenceReader:
                 raw.detach()  # kept here, never handed back to the pool
                 conn.autocommit = True
                 self._conn = conn
+            if dog is not None:
+                dog.watch(self._conn)
             with self._conn.cursor() as cur:
                 cur.execute(sql, params)
                 row = cur.fetchone()
@@ -98,7 +103,10 @@ class SequenceReader:
     @contextlib.contextmanager
     def _translated(self) -> Iterator[None]:
         """psycopg's errors as the relay's (the SQLAlchemy ones, from connecting, as well):
-        the connection is dropped, the next look connects again."""
+        the connection is dropped, the next look connects again. A server that will not take
+        writes (a standby after a failover: "cannot execute pg_current_xact_id() during
+        recovery") is the connection's fault, as for the store; the pool's connections to it
+        (the looks for rows) are replaced too."""
         try:
             yield
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -106,7 +114,10 @@ class SequenceReader:
             raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
         except psycopg.Error as exc:
             self.close()
-            raise StoreError(f"database error: {_describe(exc)}") from exc
+            if not faults.is_connection_fault(exc):
+                raise StoreError(f"database error: {_describe(exc)}") from exc
+            self.store.engine.dispose()
+            raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
         except Exception:
             self.close()
             raise

@@ -15,9 +15,24 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support import services
-from tools.pgserver import FAST, PgServer, find_bindir, server
+from tools.pgserver import FAST, REPLICATED, PgServer, find_bindir, replicated_pair, server
 
-__all__ = ["PgServer", "accepts_connections", "throwaway_server"]
+__all__ = [
+    "REPLICATED",
+    "PgServer",
+    "accepts_connections",
+    "in_recovery",
+    "throwaway_pair",
+    "throwaway_server",
+]
+
+
+def _require_binaries() -> None:
+    if find_bindir() is None:
+        message = "no PostgreSQL server binaries (initdb, pg_ctl) for a throw-away server"
+        if services.IN_CI:
+            pytest.fail(f"{message}; CI requires them", pytrace=False)
+        pytest.skip(message)
 
 
 @contextmanager
@@ -25,13 +40,28 @@ def throwaway_server(settings: Mapping[str, str] = FAST) -> Iterator[PgServer]:
     """A started :class:`PgServer`, stopped and deleted on exit whatever happened.
 
     Skips the test when no PostgreSQL binaries are installed (fails it under ``CI``)."""
-    if find_bindir() is None:
-        message = "no PostgreSQL server binaries (initdb, pg_ctl) for a throw-away server"
-        if services.IN_CI:
-            pytest.fail(f"{message}; CI requires them", pytrace=False)
-        pytest.skip(message)
+    _require_binaries()
     with server(settings) as pg:
         yield pg
+
+
+@contextmanager
+def throwaway_pair() -> Iterator[tuple[PgServer, PgServer]]:
+    """A started primary and its synchronous streaming standby, both of the test's own, stopped
+    and deleted on exit (:func:`tools.pgserver.replicated_pair`); skipped as above."""
+    _require_binaries()
+    with replicated_pair() as pair:
+        yield pair
+
+
+def in_recovery(url: str) -> bool:
+    """Whether the server at ``url`` is a standby (read-only, in recovery)."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return bool(conn.execute(sa.text("SELECT pg_is_in_recovery()")).scalar())
+    finally:
+        engine.dispose()
 
 
 def accepts_connections(engine: sa.Engine) -> bool:

@@ -4,6 +4,11 @@
 it is accepted (the client sees a refused or reset connection, as when a broker goes away).
 ``stall()`` keeps every connection open but forwards nothing until ``restore()`` (a black hole:
 a partition, or a broker that blocks publishers under a resource alarm).
+``switch(target)`` sends new connections to another server while those made keep theirs (a DNS
+name or virtual IP moved after a failover). ``freeze()`` is a host that vanished without a word:
+the connections made are silent for good (whatever their server does, the client hears nothing,
+not even a close), and new ones are accepted but never answered until ``thaw()``, which forwards
+them to the target of that moment. ``latency(seconds)`` delays every chunk forwarded.
 Threads, bounded: at most ``max_connections`` live connections, two pump threads each.
 """
 
@@ -13,12 +18,16 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, not FIN
 
 
 def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        # Wakes a pump blocked in recv on it (close alone does not) and sends nothing.
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
     with contextlib.suppress(OSError):
@@ -41,6 +50,11 @@ class TcpProxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._closed = threading.Event()
+        #: Connections frozen for good (their host vanished), and new ones held unanswered.
+        self._frozen: list[tuple[socket.socket, socket.socket]] = []
+        self._held: list[socket.socket] = []
+        self._freezing = False
+        self._latency = 0.0
         self.accepted = 0
         self.refused = 0
         self._threads: list[threading.Thread] = []
@@ -72,9 +86,38 @@ class TcpProxy:
         self._flowing.clear()
 
     def restore(self) -> None:
-        """Accept and forward connections again."""
+        """Accept and forward connections again (those frozen for good stay silent)."""
         self._open.set()
         self._flowing.set()
+        self.thaw()
+
+    def switch(self, target: tuple[str, int]) -> None:
+        """New connections go to ``target``; connections made keep their server."""
+        with self._lock:
+            self.target = target
+
+    def freeze(self) -> int:
+        """Silence every open connection for good and hold new ones unanswered until
+        :meth:`thaw`; returns how many connections were frozen."""
+        with self._lock:
+            self._freezing = True
+            pairs, self._pairs = self._pairs, []
+            self._frozen.extend(pairs)
+        return len(pairs)
+
+    def thaw(self) -> int:
+        """Answer new connections again: those held so far are forwarded to the current target
+        (the frozen ones stay silent); returns how many were held."""
+        with self._lock:
+            self._freezing = False
+            held, self._held = self._held, []
+        for client in held:
+            self._forward(client)
+        return len(held)
+
+    def latency(self, seconds: float) -> None:
+        """Delay every chunk forwarded, both ways, by ``seconds`` (0: none)."""
+        self._latency = seconds
 
     @property
     def connections(self) -> int:
@@ -86,6 +129,11 @@ class TcpProxy:
         self._closed.set()
         self._flowing.set()
         self.cut()
+        with self._lock:
+            frozen, self._frozen = self._frozen, []
+            held, self._held = self._held, []
+        for sock in [s for pair in frozen for s in pair] + held:
+            _reset(sock)
         self._acceptor.join(timeout=5)
         with contextlib.suppress(OSError):
             self._listener.close()
@@ -105,23 +153,37 @@ class TcpProxy:
                 self.refused += 1
                 _reset(client)
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                self.refused += 1
-                _reset(client)
-                continue
-            upstream.settimeout(None)
-            client.settimeout(None)
-            pair = (client, upstream)
             with self._lock:
-                self._pairs.append(pair)
+                if self._freezing:
+                    self._held.append(client)
+                    continue
+            self._forward(client)
+
+    def _forward(self, client: socket.socket) -> None:
+        """Connect ``client`` to the current target and pump both ways."""
+        with self._lock:
+            target = self.target
+        try:
+            upstream = socket.create_connection(target, timeout=5)
+        except OSError:
+            self.refused += 1
+            _reset(client)
+            return
+        upstream.settimeout(None)
+        client.settimeout(None)
+        pair = (client, upstream)
+        with self._lock:
+            self._pairs.append(pair)
             self.accepted += 1
             self._threads = [t for t in self._threads if t.is_alive()]
             for src, dst in ((client, upstream), (upstream, client)):
                 t = threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True)
                 t.start()
                 self._threads.append(t)
+
+    def _is_frozen(self, pair: tuple[socket.socket, socket.socket]) -> bool:
+        with self._lock:
+            return pair in self._frozen
 
     def _pump(
         self, src: socket.socket, dst: socket.socket, pair: tuple[socket.socket, socket.socket]
@@ -134,10 +196,16 @@ class TcpProxy:
                 while not self._flowing.wait(0.2):
                     if self._closed.is_set():
                         return
+                if self._is_frozen(pair):
+                    return  # silent for good: nothing forwarded, nothing closed
+                if self._latency:
+                    time.sleep(self._latency)
                 dst.sendall(data)
         except OSError:
             pass
         with self._lock:
+            if pair in self._frozen:
+                return  # its server went away: the client must not hear of it
             if pair in self._pairs:
                 self._pairs.remove(pair)
         for sock in pair:
