@@ -206,9 +206,12 @@ def _fleet_beat(path: str | None, children: list[Child], bound: float) -> Callab
     does, and when the supervisor itself stops looking."""
     if not path:
         return None
-    runner.write_bound(path, bound)
+    first = [True]
 
     def beat() -> None:
+        if first[0]:
+            runner.write_bound(path, bound)
+            first[0] = False
         oldest = min((c.last_beat() for c in children), default=0.0)
         if oldest > 0:
             os.utime(path, (oldest, oldest))

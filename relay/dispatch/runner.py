@@ -233,9 +233,19 @@ def heartbeat(path: str | None, bound: float | None = None) -> Callable[[], None
     process counts as hung (:func:`liveness_seconds`), so the probe needs no settings."""
     if not path:
         return None
-    if bound is not None:
-        write_bound(path, bound)
-    return lambda: touch(path)
+    if bound is None:
+        return lambda: touch(path)
+    first = [True]
+
+    def beat() -> None:
+        # Written at the first pass, not before: the file's existence says the loop runs.
+        if first[0]:
+            write_bound(path, bound)
+            first[0] = False
+        else:
+            touch(path)
+
+    return beat
 
 
 def liveness_seconds(settings: Settings) -> float:
