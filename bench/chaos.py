@@ -8,8 +8,9 @@ written by plain SQL among the good ones (issue 37's).
 Then it checks, and prints as JSON: every good event delivered (ids consumed from a bound
 queue), duplicates counted, every bad row ``failed`` with a ``last_error``, no relay exited on
 its own (they are restarted, and counted), each SIGTERM obeyed within
-``timing.STOP_SECONDS``, and how often ``relay probe live`` found a relay stale. Exit 0 when
-all of that held, 1 otherwise.
+``timing.STOP_SECONDS``. Exit 0 when all of that held, 1 otherwise. It also reports when
+``relay probe live`` found a relay stale and for how long (``hung``; the relay is sent SIGUSR1
+then, so its log shows what it waited on: ``--logs DIR`` keeps the logs).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -78,6 +80,14 @@ def _consume(url: str, queue: str, quiet: float = 3.0) -> collections.Counter[in
                     return got
 
 
+def _close_soon(proxy: TcpProxy) -> None:
+    """Let every connection through ``proxy`` flow again and close it from a daemon thread:
+    its ``close()`` joins each pump thread for up to 5 s, and a pump blocked in ``recv`` on a
+    socket another thread closed is not woken by the close (minutes for a soak's many)."""
+    proxy.restore()
+    threading.Thread(target=proxy.close, name="proxy-close", daemon=True).start()
+
+
 def _rows(engine: sa.Engine, ids: list[int]) -> dict[int, tuple[str, str | None]]:
     with engine.connect() as conn:
         rows = conn.execute(
@@ -92,9 +102,17 @@ def _statuses(engine: sa.Engine) -> dict[str, int]:
         return {str(s): int(n) for s, n in conn.execute(q)}
 
 
-def run(minutes: float, relays: int, rate: float, bad_rows: bool, seed: int) -> dict[str, Any]:
+def run(
+    minutes: float,
+    relays: int,
+    rate: float,
+    bad_rows: bool,
+    seed: int,
+    keep_logs: str | None = None,
+) -> dict[str, Any]:
     rng = random.Random(seed)
     faults = FAULTS
+    began, began_at = time.monotonic(), time.time()
     with (
         services.database("chaos") as url,
         services.route(services.AMQP_URL, "chaos") as route,
@@ -116,7 +134,6 @@ def run(minutes: float, relays: int, rate: float, bad_rows: bool, seed: int) -> 
         injector = Injector(fleet, db, broker, rng, faults)
         good: list[int] = []
         bad: dict[int, str] = {}
-        stale: collections.Counter[str] = collections.Counter()
         done = threading.Event()
         producer = threading.Thread(target=_produce, args=(engine, rate, done, good), daemon=True)
         try:
@@ -137,8 +154,7 @@ def run(minutes: float, relays: int, rate: float, bad_rows: bool, seed: int) -> 
                     next_fault = time.monotonic() + rng.uniform(3, 10)
                 for r in fleet:
                     r.check()
-                    if r.alive() and not r.live():
-                        stale[r.name] += 1
+                    r.look()
                 time.sleep(0.5)  # the soak's own pace: a look at the relays twice a second
             done.set()
             producer.join(30)
@@ -153,19 +169,25 @@ def run(minutes: float, relays: int, rate: float, bad_rows: bool, seed: int) -> 
                     break
                 time.sleep(0.5)
             drain_seconds = time.monotonic() - faults_over
+            for r in fleet:
+                r.look(alive=False)
             final_stop = stop_all(fleet)
         finally:
             done.set()
             for r in fleet:
                 if r.alive() and r.proc is not None:
                     r.proc.send_signal(signal.SIGKILL)
-            db.close()
-            broker.close()
+            for proxy in (db, broker):
+                _close_soon(proxy)
         received = _consume(services.AMQP_URL, route.queue_name)
         rows = _rows(engine, list(bad))
         statuses = _statuses(engine)
         engine.dispose()
         logs = {r.name: r.log.read_text(errors="replace") for r in fleet}
+        if keep_logs:
+            Path(keep_logs).mkdir(parents=True, exist_ok=True)
+            for r in fleet:
+                shutil.copy(r.log, Path(keep_logs) / r.log.name)
     good_set = set(good)
     missing = sorted(good_set - set(received))
     stray = sorted(set(received) - good_set - set(bad))
@@ -195,7 +217,7 @@ def run(minutes: float, relays: int, rate: float, bad_rows: bool, seed: int) -> 
         "bad_rows": bad_rows,
         "revision": services.git_revision(),
         "faults": injector.counts(),
-        "fault_log": injector.log,
+        "fault_log": [e | {"at": round(float(str(e["at"])) - began_at, 1)} for e in injector.log],
         "good_events": len(good_set),
         "delivered": len(good_set & set(received)),
         "missing": len(missing),
@@ -208,9 +230,15 @@ def run(minutes: float, relays: int, rate: float, bad_rows: bool, seed: int) -> 
         "exited_on_their_own": own_exits,
         "sigterm_exit_seconds": [None if t is None else round(t, 1) for t in stops],
         "sigterm_slower_than_bound": len(slow_stops),
-        "liveness_stale_looks": dict(stale),
+        # When relay probe live found a relay stale, and how long: seconds from the start.
+        "hung": {
+            r.name: [[round(a - began_at, 1), round(b - a, 1)] for a, b in r.hung]
+            for r in fleet
+            if r.hung
+        },
         "drain_after_faults_seconds": round(drain_seconds, 1),
         "statuses": statuses,
+        "wall_seconds": round(time.monotonic() - began, 1),
         "forced_stops_logged": sum(log.count("still stopping") for log in logs.values()),
     }
     result["ok"] = not (missing or own_exits or slow_stops or stray) and (
@@ -232,10 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=38)
     p.add_argument("--out", help="also write the JSON result to this file")
+    p.add_argument("--logs", help="copy the relays' logs into this directory")
     ns = p.parse_args(argv)
     # A stopped soak (SIGTERM) still kills its relays, closes its proxies, drops its database.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(ns.minutes, ns.relays, ns.rate, ns.bad_rows, ns.seed)
+    result = run(ns.minutes, ns.relays, ns.rate, ns.bad_rows, ns.seed, ns.logs)
     text = json.dumps(result, indent=2, default=str)
     if ns.out:
         Path(ns.out).write_text(text + "\n")

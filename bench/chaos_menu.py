@@ -53,6 +53,9 @@ class Relay:
     starts: int = 0
     #: Exits nobody asked for: (return code, the log's last lines).
     own_exits: list[tuple[int, str]] = field(default_factory=list)
+    #: Spells ``relay probe live`` found it stale: (start, end) wall-clock times.
+    hung: list[tuple[float, float]] = field(default_factory=list)
+    _stale_since: float | None = None
 
     @property
     def beat(self) -> Path:
@@ -63,6 +66,7 @@ class Relay:
         return self.log_dir / f"{self.name}.log"
 
     def start(self) -> None:
+        self.look(alive=False)
         self.starts += 1
         argv = [*procs.relay_command(), "--heartbeat-file", str(self.beat)]
         with self.log.open("ab") as out:
@@ -75,6 +79,20 @@ class Relay:
     def live(self) -> bool:
         """``relay probe live`` on its heartbeat file (True until the first pass wrote it)."""
         return not self.beat.exists() or probe.live(str(self.beat))[0]
+
+    def look(self, *, alive: bool = True) -> None:
+        """Note a stale spell's start (and ask the relay for its stacks: what it waits on, in
+        its log) or its end."""
+        now = time.time()
+        stale = alive and self.alive() and not self.live()
+        if stale and self._stale_since is None:
+            self._stale_since = now
+            if self.proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.send_signal(signal.SIGUSR1)
+        elif not stale and self._stale_since is not None:
+            self.hung.append((self._stale_since, now))
+            self._stale_since = None
 
     def check(self) -> bool:
         """Restart the process if it exited on its own (recorded); True if it had."""
@@ -119,20 +137,20 @@ class Injector:
         kind = self.rng.choice(self.faults)
         at = time.time()
         entry: dict[str, object] = {"fault": kind, "at": at}
-        if kind in ("sigkill", "sigterm"):
+        if kind == "sigkill":
             relay = self.rng.choice(self.relays)
             entry["relay"] = relay.name
-            if kind == "sigkill":
-                relay.stop(signal.SIGKILL)
-            else:
-                took = relay.stop(signal.SIGTERM, wait=timing.STOP_SECONDS + 30)
-                self.stop_seconds.append(took)
-                entry["exit_seconds"] = took
+            relay.stop(signal.SIGKILL)
             relay.start()
+        elif kind == "sigterm":
+            entry |= self._sigterm()
         else:
             proxy = self.db if kind.startswith("db") else self.broker
             seconds = self.rng.uniform(2.0, 8.0)
             entry["seconds"] = round(seconds, 1)
+            # A third of them also SIGTERM a relay halfway through (restarted while the fault
+            # lasts): the stop bound while a server is gone or frozen, and a start into an outage.
+            term_at = time.monotonic() + seconds / 2 if self.rng.random() < 1 / 3 else None
             if kind.endswith("cut"):
                 proxy.cut()
             else:
@@ -140,15 +158,29 @@ class Injector:
             try:
                 end = time.monotonic() + seconds
                 while time.monotonic() < end and not stop():
+                    if term_at is not None and time.monotonic() >= term_at:
+                        entry["sigterm"], term_at = self._sigterm(), None
                     time.sleep(0.1)  # the fault's duration: the scenario, not a synchronisation
             finally:
                 proxy.restore()
         self.log.append(entry)
 
+    def _sigterm(self) -> dict[str, object]:
+        """SIGTERM a relay, time its exit, start it again."""
+        relay = self.rng.choice(self.relays)
+        took = relay.stop(signal.SIGTERM, wait=timing.STOP_SECONDS + 30)
+        self.stop_seconds.append(took)
+        relay.start()
+        return {"relay": relay.name, "exit_seconds": None if took is None else round(took, 2)}
+
     def counts(self) -> dict[str, int]:
+        """How many of each fault, and of SIGTERMs sent during one (``sigterm-during-db-cut``)."""
         out = dict.fromkeys(self.faults, 0)
         for entry in self.log:
             out[str(entry["fault"])] += 1
+            if "sigterm" in entry:
+                during = f"sigterm-during-{entry['fault']}"
+                out[during] = out.get(during, 0) + 1
         return out
 
 
