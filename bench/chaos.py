@@ -6,11 +6,12 @@ the database or the broker cut off or frozen, a relay SIGKILLed or SIGTERMed and
 written by plain SQL among the good ones (issue 37's).
 
 Then it checks, and prints as JSON: every good event delivered (ids consumed from a bound
-queue), duplicates counted, every bad row ``failed`` with a ``last_error``, no relay exited on
-its own (they are restarted, and counted), each SIGTERM obeyed within
-``timing.STOP_SECONDS``. Exit 0 when all of that held, 1 otherwise. It also reports when
-``relay probe live`` found a relay stale and for how long (``hung``; the relay is sent SIGUSR1
-then, so its log shows what it waited on: ``--logs DIR`` keeps the logs).
+queue) and no row left pending or processing, duplicates counted, every bad row ``failed`` with
+a ``last_error``, no relay exited on its own (they are restarted, and counted), each SIGTERM
+obeyed within ``timing.STOP_SECONDS``. Exit 0 when all of that held, 1 otherwise. It also
+reports when ``relay probe live`` found a relay stale and for how long (``hung``; the relay is
+sent SIGUSR1 then, so its log shows what it waited on: ``--logs DIR`` keeps the logs), and
+restarts it as Kubernetes would on a failed liveness probe (``--no-restart-hung``: leaves it).
 """
 
 from __future__ import annotations
@@ -80,6 +81,24 @@ def _consume(url: str, queue: str, quiet: float = 3.0) -> collections.Counter[in
                     return got
 
 
+def _tend(
+    fleet: list[Relay],
+    restart_hung: bool,
+    restarted: collections.Counter[str],
+    stops: list[float | None],
+) -> None:
+    """Restart a relay that exited on its own (counted), note stale spells, and with
+    ``restart_hung`` restart a stale relay as Kubernetes would on a failed liveness probe (a
+    second after its stack dump)."""
+    for r in fleet:
+        r.check()
+        r.look()
+        if restart_hung and r.stale_for() > 1.0:
+            stops.append(r.stop(signal.SIGTERM, wait=timing.STOP_SECONDS + 30))
+            r.start()
+            restarted[r.name] += 1
+
+
 def _close_soon(proxy: TcpProxy) -> None:
     """Let every connection through ``proxy`` flow again and close it from a daemon thread:
     its ``close()`` joins each pump thread for up to 5 s, and a pump blocked in ``recv`` on a
@@ -96,6 +115,45 @@ def _rows(engine: sa.Engine, ids: list[int]) -> dict[int, tuple[str, str | None]
         return {int(i): (str(s), e) for i, s, e in rows}
 
 
+def _unfinished(engine: sa.Engine, fleet: list[Relay]) -> list[dict[str, Any]]:
+    """Rows still pending or processing (the first 20): who holds each, which process of
+    which relay (alive or not), and how far its lease or retry lies from now."""
+    owner = {pid: (r.name, pid == r.pids[-1] and r.alive()) for r in fleet for pid in r.pids}
+    c = outbox.c
+    now = sa.func.now()
+    query = (
+        sa.select(
+            c.id,
+            c.status,
+            c.attempt,
+            c.locked_by,
+            sa.func.extract("epoch", c.locked_until - now),
+            sa.func.extract("epoch", c.next_retry_at - now),
+        )
+        .where(c.status.in_(["pending", "processing"]))
+        .order_by(c.id)
+        .limit(20)
+    )
+    out = []
+    with engine.connect() as conn:
+        for i, status, attempt, by, lease_left, retry_in in conn.execute(query):
+            pid = int(str(by).split(":")[1]) if by else None
+            name, running = owner.get(pid or -1, (None, False))
+            out.append(
+                {
+                    "id": i,
+                    "status": status,
+                    "attempt": attempt,
+                    "locked_by": by,
+                    "relay": name,
+                    "holder_running": running,
+                    "lease_left_seconds": None if lease_left is None else float(lease_left),
+                    "retry_in_seconds": None if retry_in is None else float(retry_in),
+                }
+            )
+    return out
+
+
 def _statuses(engine: sa.Engine) -> dict[str, int]:
     with engine.connect() as conn:
         q = sa.select(outbox.c.status, sa.func.count()).group_by(outbox.c.status)
@@ -109,6 +167,7 @@ def run(
     bad_rows: bool,
     seed: int,
     keep_logs: str | None = None,
+    restart_hung: bool = True,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     faults = FAULTS
@@ -135,6 +194,7 @@ def run(
         good: list[int] = []
         bad: dict[int, str] = {}
         done = threading.Event()
+        restarted: collections.Counter[str] = collections.Counter()
         producer = threading.Thread(target=_produce, args=(engine, rate, done, good), daemon=True)
         try:
             for r in fleet:
@@ -152,9 +212,7 @@ def run(
                 if time.monotonic() >= next_fault:
                     injector.one(lambda: time.monotonic() >= end)
                     next_fault = time.monotonic() + rng.uniform(3, 10)
-                for r in fleet:
-                    r.check()
-                    r.look()
+                _tend(fleet, restart_hung, restarted, injector.stop_seconds)
                 time.sleep(0.5)  # the soak's own pace: a look at the relays twice a second
             done.set()
             producer.join(30)
@@ -162,8 +220,7 @@ def run(
             # Drained: nothing pending or processing (bad rows fail within their attempts).
             drain_deadline = faults_over + 180
             while time.monotonic() < drain_deadline:
-                for r in fleet:
-                    r.check()
+                _tend(fleet, restart_hung, restarted, injector.stop_seconds)
                 s = _statuses(engine)
                 if not s.get("pending") and not s.get("processing"):
                     break
@@ -171,6 +228,7 @@ def run(
             drain_seconds = time.monotonic() - faults_over
             for r in fleet:
                 r.look(alive=False)
+            unfinished = _unfinished(engine, fleet)
             final_stop = stop_all(fleet)
         finally:
             done.set()
@@ -231,6 +289,7 @@ def run(
         "sigterm_exit_seconds": [None if t is None else round(t, 1) for t in stops],
         "sigterm_slower_than_bound": len(slow_stops),
         # When relay probe live found a relay stale, and how long: seconds from the start.
+        "restarted_hung": dict(restarted),
         "hung": {
             r.name: [[round(a - began_at, 1), round(b - a, 1)] for a, b in r.hung]
             for r in fleet
@@ -238,10 +297,11 @@ def run(
         },
         "drain_after_faults_seconds": round(drain_seconds, 1),
         "statuses": statuses,
+        "unfinished_after_drain": unfinished,
         "wall_seconds": round(time.monotonic() - began, 1),
         "forced_stops_logged": sum(log.count("still stopping") for log in logs.values()),
     }
-    result["ok"] = not (missing or own_exits or slow_stops or stray) and (
+    result["ok"] = not (missing or own_exits or slow_stops or stray or unfinished) and (
         not bad_rows or not bad_not_failed
     )
     return result
@@ -261,10 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=38)
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--logs", help="copy the relays' logs into this directory")
+    p.add_argument(
+        "--restart-hung",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="SIGTERM and restart a relay `relay probe live` finds stale, as Kubernetes would "
+        "(--no-restart-hung: leave it, and see what its leases hold)",
+    )
     ns = p.parse_args(argv)
     # A stopped soak (SIGTERM) still kills its relays, closes its proxies, drops its database.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(ns.minutes, ns.relays, ns.rate, ns.bad_rows, ns.seed, ns.logs)
+    result = run(
+        ns.minutes, ns.relays, ns.rate, ns.bad_rows, ns.seed, ns.logs, restart_hung=ns.restart_hung
+    )
     text = json.dumps(result, indent=2, default=str)
     if ns.out:
         Path(ns.out).write_text(text + "\n")

@@ -55,6 +55,8 @@ class Relay:
     own_exits: list[tuple[int, str]] = field(default_factory=list)
     #: Spells ``relay probe live`` found it stale: (start, end) wall-clock times.
     hung: list[tuple[float, float]] = field(default_factory=list)
+    #: Every process it ran, in order (the pid is in the ``locked_by`` of the rows it leased).
+    pids: list[int] = field(default_factory=list)
     _stale_since: float | None = None
 
     @property
@@ -67,10 +69,14 @@ class Relay:
 
     def start(self) -> None:
         self.look(alive=False)
+        # The last process's beats are not this one's: stale, and a SIGUSR1 sent on them before
+        # the new process set its stack dump would end it.
+        self.beat.unlink(missing_ok=True)
         self.starts += 1
         argv = [*procs.relay_command(), "--heartbeat-file", str(self.beat)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=out)
+        self.pids.append(self.proc.pid)
         self.told = False
 
     def alive(self) -> bool:
@@ -79,6 +85,10 @@ class Relay:
     def live(self) -> bool:
         """``relay probe live`` on its heartbeat file (True until the first pass wrote it)."""
         return not self.beat.exists() or probe.live(str(self.beat))[0]
+
+    def stale_for(self) -> float:
+        """Seconds since ``relay probe live`` first found it stale (0: it is live)."""
+        return 0.0 if self._stale_since is None else time.time() - self._stale_since
 
     def look(self, *, alive: bool = True) -> None:
         """Note a stale spell's start (and ask the relay for its stacks: what it waits on, in
