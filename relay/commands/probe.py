@@ -1,9 +1,13 @@
 """Health probes for Docker and Kubernetes: ``relay probe ready`` and ``relay probe live``.
 
-Readiness: the database answers and the events broker accepts a connection. Liveness of a
-``relay dispatch --loop`` process: the heartbeat file it touches after every pass of its loop
-is fresh (a hung loop stops touching it). A Celery worker's liveness is Celery's own
-``celery -A relay inspect ping -d celery@$HOSTNAME``.
+Readiness: the database answers and the events broker accepts a connection, checked from the
+probe's own process: during an outage the relay is handling, it names what is unavailable.
+Liveness of a ``relay dispatch --loop`` process: the heartbeat file its loop touches on every
+pass, and every second while it rests or waits out an outage (its breaker open, the database's
+retry backoff), is fresher than the bound the relay wrote into it
+(:func:`relay.dispatch.runner.liveness_seconds`); a loop stuck in a call stops touching it.
+Under ``RELAY_DATABASES`` the file carries the oldest child's beat, so one hung child fails it.
+A Celery worker's liveness is Celery's own ``celery -A relay inspect ping -d celery@$HOSTNAME``.
 """
 
 from __future__ import annotations
@@ -38,17 +42,38 @@ def ready(settings: Settings) -> tuple[bool, str]:
     return True, "ready: database and broker reachable"
 
 
-def live(heartbeat_file: str | None, max_age: float) -> tuple[bool, str]:
-    """(healthy, why): ``heartbeat_file`` was touched within ``max_age`` seconds."""
+#: The bound of a heartbeat file that names none (written by an older relay).
+DEFAULT_MAX_AGE_SECONDS = 60.0
+
+
+def live(heartbeat_file: str | None, max_age: float | None = None) -> tuple[bool, str]:
+    """(healthy, why): ``heartbeat_file`` was touched within ``max_age`` seconds (by default
+    the bound the relay wrote into the file)."""
     if not heartbeat_file:
         return False, "give --heartbeat-file (the one `relay dispatch --loop` touches)"
     try:
         age = time.time() - os.stat(heartbeat_file).st_mtime
+        if max_age is None:
+            max_age = written_bound(heartbeat_file)
     except OSError as exc:
         return False, f"no heartbeat: {exc}"
     if age > max_age:
         return False, f"stale heartbeat: the loop last passed {age:.0f}s ago (> {max_age:g}s)"
     return True, f"live: the loop passed {age:.1f}s ago"
+
+
+def written_bound(heartbeat_file: str) -> float:
+    """The liveness bound the relay wrote into its heartbeat file, or the old default."""
+    from relay.dispatch.runner import BOUND_PREFIX
+
+    with open(heartbeat_file) as f:
+        line = f.readline().strip()
+    if line.startswith(BOUND_PREFIX):
+        try:
+            return float(line.removeprefix(BOUND_PREFIX))
+        except ValueError:
+            pass
+    return DEFAULT_MAX_AGE_SECONDS
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +83,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="ready: database and broker reachable; live: a dispatch loop's heartbeat is fresh",
     )
     p.add_argument("--heartbeat-file", help="live: the file `relay dispatch --loop` touches")
-    p.add_argument("--max-age", type=float, default=60.0, help="live: seconds (default 60)")
+    p.add_argument(
+        "--max-age",
+        type=float,
+        help="live: seconds (default: the bound the relay wrote into the file, from its lease "
+        "and confirm timeout: 2 x RELAY_LEASE_SECONDS + RELAY_CONFIRM_TIMEOUT_SECONDS)",
+    )
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:

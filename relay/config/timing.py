@@ -94,3 +94,17 @@ def database_deadlines(lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Database
         keepalive_count=KEEPALIVE_COUNT,
         call_seconds=max(CALL_MIN_SECONDS, lease_seconds * CALL_SHARE_OF_LEASE),
     )
+
+
+#: SIGTERM: a ``relay dispatch --loop`` process (and a supervisor under ``RELAY_DATABASES``)
+#: exits within this many seconds, whatever it waits on (``relay.dispatch.stopping``).
+STOP_SECONDS = 10.0
+#: Past this share of :data:`STOP_SECONDS` after SIGTERM a relay still stopping warmly prints
+#: its stacks and exits at once; the rest is the margin for that and for the supervisor.
+STOP_FORCE_SHARE = 0.8
+#: A loop resting (idle, or waiting out an outage) still beats its heartbeat this often.
+HEARTBEAT_REST_SECONDS = 1.0
+#: Liveness: a healthy loop beats at least once per this many leases plus one confirm wait
+#: (one drain: half a lease of claims, the last batch's confirms, half a lease recording it;
+#: and a lease of slack for database calls running to their deadlines).
+LIVENESS_LEASES = 2.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -138,8 +139,10 @@ class Dispatcher(Cycle):
         Without, it polls adaptively: ``RELAY_POLL_FLOOR_SECONDS`` after a drain that moved
         rows (held there for about one idle wait), then doubling after each empty one up to
         ``idle_seconds`` (default: ``Settings.idle_poll_seconds``; with ``wake``, the tick).
-        ``on_pass`` runs at the start of every pass (a liveness heartbeat): a pass lasts at most
-        one drain budget plus one rest.
+        ``on_pass`` runs at the start of every pass and every
+        :data:`~relay.config.timing.HEARTBEAT_REST_SECONDS` of a rest (a liveness heartbeat):
+        a relay waiting out an outage (its breaker open, the database's retry backoff) is alive,
+        one stuck in a drain is not.
         """
         if idle_seconds is not None:
             idle = idle_seconds
@@ -167,21 +170,35 @@ class Dispatcher(Cycle):
                     raise
                 delay = db_backoff.next()
                 log.warning("database unavailable, retrying in %.1fs: %s", delay, exc)
-                stop.wait(delay)
+                _rest(stop, delay, on_pass)
                 continue
             db_backoff.reset()
             total.add(report)
             if report.broker_error:
-                stop.wait(max(self.breaker.remaining(self.clock()), timing.BROKER_REST_MIN_SECONDS))
+                wait = max(self.breaker.remaining(self.clock()), timing.BROKER_REST_MIN_SECONDS)
+                _rest(stop, wait, on_pass)
             elif report.drained:
                 if report.claimed:
                     poll.reset()
                 if wake is None:
-                    stop.wait(poll.next())
+                    _rest(stop, poll.next(), on_pass)
                     continue
                 # Woken by the watcher, or at the adaptive poll's next look (the tick at most).
-                wake.wait(poll.next())
+                _rest(wake, poll.next(), on_pass)
         return total
+
+
+def _rest(event: threading.Event, seconds: float, on_pass: Callable[[], None] | None) -> None:
+    """Wait ``seconds`` or until ``event`` is set, calling ``on_pass`` every
+    :data:`~relay.config.timing.HEARTBEAT_REST_SECONDS` meanwhile."""
+    if on_pass is None:
+        event.wait(seconds)
+        return
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        if event.wait(min(left, timing.HEARTBEAT_REST_SECONDS)):
+            return
+        on_pass()
 
 
 __all__ = [

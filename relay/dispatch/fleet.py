@@ -3,8 +3,11 @@
 One child process per database, each the single-database relay of
 :func:`relay.dispatch.runner.run` with its own store, engine, publisher connection, circuit
 breaker and wake-up (the sequence watcher on PostgreSQL, adaptive polling elsewhere), and
-this process supervising them: SIGTERM/SIGINT are passed on, a child that dies is started
-again (after a backoff), and the heartbeat file is touched while every child runs.
+this process supervising them: SIGTERM/SIGINT are passed on (each child in its own process
+group, so a terminal's Ctrl-C reaches it once, through here), a child that dies is started
+again (after a backoff), and with a heartbeat file each child beats a file of its own
+(``PATH.<index>``) and the supervisor gives the shared file the time of the oldest child's
+beat: one hung child fails liveness as if it were the only process.
 
 Why a process per database, not one loop taking the databases in turn nor a thread each: a
 turn-taking loop makes a quiet database wait for the busy one's drain budget (seconds) before
@@ -29,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from relay.config import Settings, env_fields, env_name
+from relay.config import Settings, env_fields, env_name, timing
 from relay.config.databases import each
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
@@ -72,15 +75,28 @@ class Child:
         default_factory=lambda: Backoff(RESTART_FIRST_SECONDS, RESTART_MAX_SECONDS)
     )
     restart_at: float = 0.0
+    #: The child's own heartbeat file (``--loop`` with a heartbeat file only).
+    heartbeat_file: str | None = None
 
     def start(self) -> None:
         mode = "--once" if self.once else "--loop"
         argv = [sys.executable, "-m", "relay", "dispatch", mode]
+        if self.heartbeat_file is not None:
+            argv += ["--heartbeat-file", self.heartbeat_file]
+            # A start counts as a beat: a child gets the liveness bound to come up.
+            runner.touch(self.heartbeat_file)
         # Our own interpreter and arguments (S603); preexec_fn only sets signal dispositions.
         self.proc = subprocess.Popen(  # noqa: S603
-            argv, env=self.env, preexec_fn=_prepare_child
+            argv, env=self.env, preexec_fn=_prepare_child, process_group=0
         )
         log.info("relay for database %r started (pid %d)", self.name, self.proc.pid)
+
+    def last_beat(self) -> float:
+        """When the child last beat (its heartbeat file's time); 0 when it never did."""
+        try:
+            return os.stat(self.heartbeat_file).st_mtime if self.heartbeat_file else 0.0
+        except OSError:
+            return 0.0
 
     @property
     def running(self) -> bool:
@@ -119,6 +135,9 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     children = [
         Child(name, child_env(s, i, os.environ), once) for i, (name, s) in enumerate(each(settings))
     ]
+    if heartbeat_file and not once:
+        for i, c in enumerate(children):
+            c.heartbeat_file = f"{heartbeat_file}.{i}"
     log.info(
         "relay fleet starting over %d databases (%s): %s",
         len(children),
@@ -138,7 +157,7 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_dump)
-    beat = runner.heartbeat(heartbeat_file)
+    beat = _fleet_beat(heartbeat_file, children, runner.liveness_seconds(settings))
     try:
         for c in children:
             c.start()
@@ -150,7 +169,7 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
             return Report()
         _supervise(children, stop, beat)
     finally:
-        _stop(children, settings.lease_seconds)
+        _stop(children, timing.STOP_SECONDS * timing.STOP_FORCE_SHARE + STOP_MARGIN_SECONDS)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return Report()
@@ -177,8 +196,31 @@ def _supervise(
             elif now >= c.restart_at:
                 c.restart_at = 0.0
                 c.start()
-        if beat is not None and all(c.running for c in children):
+        if beat is not None:
             beat()
+
+
+def _fleet_beat(path: str | None, children: list[Child], bound: float) -> Callable[[], None] | None:
+    """The supervisor's heartbeat: the shared file takes the time of the oldest child's beat (a
+    child being restarted keeps the time of its start), so it goes stale as soon as any child
+    does, and when the supervisor itself stops looking."""
+    if not path:
+        return None
+    first = [True]
+
+    def beat() -> None:
+        if first[0]:
+            runner.write_bound(path, bound)
+            first[0] = False
+        oldest = min((c.last_beat() for c in children), default=0.0)
+        if oldest > 0:
+            os.utime(path, (oldest, oldest))
+
+    return beat
+
+
+#: After SIGTERM a child exits on its own deadline; the supervisor kills it this much later.
+STOP_MARGIN_SECONDS = 0.5
 
 
 def _stop(children: list[Child], timeout: float) -> None:

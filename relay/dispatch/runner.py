@@ -14,8 +14,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from relay.config import Settings
+from relay.config import Settings, timing
 from relay.dispatch.dispatcher import Dispatcher, Report
+from relay.dispatch.stopping import StopGuard
 from relay.observe.observers import Observer, Observers
 from relay.store.dispatch import DispatchStore, dispatch_engine_kwargs
 
@@ -69,19 +70,26 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     store = DispatchStore.from_settings(settings)
     relay = dispatcher(settings, store)
     log.info("relay %s starting: %s", relay.worker_id, settings.describe())
+    # Armed by the loop's first stop signal; covers the clean-up below as well.
+    guard = StopGuard()
     try:
         if once:
             report = relay.drain(budget_seconds=float("inf"))
         else:
-            report = _loop(settings, relay, store.engine, heartbeat_file)
+            report = _loop(settings, relay, store.engine, heartbeat_file, guard)
     finally:
         shutdown(relay)
+        guard.disarm()
     log.info("relay %s done: %s", relay.worker_id, report)
     return report
 
 
 def _loop(
-    settings: Settings, relay: Dispatcher, engine: Engine, heartbeat_file: str | None
+    settings: Settings,
+    relay: Dispatcher,
+    engine: Engine,
+    heartbeat_file: str | None,
+    guard: StopGuard,
 ) -> Report:
     serve_metrics(settings, engine)
     # ``until`` ends the watched phase: on a signal, or when the watcher finds it cannot read
@@ -89,6 +97,7 @@ def _loop(
     stop, wake, until = threading.Event(), threading.Event(), threading.Event()
 
     def on_signal(*_: object) -> None:
+        guard.signalled()
         stop.set()
         until.set()
         wake.set()
@@ -106,7 +115,7 @@ def _loop(
             settings.poll_floor_seconds,
             settings.idle_poll_seconds,
         )
-    beat = heartbeat(heartbeat_file)
+    beat = heartbeat(heartbeat_file, liveness_seconds(settings))
     retention = purge_loop(settings, relay.worker_id)
     try:
         report = relay.loop(until, wake=wake if watching else None, on_pass=beat)
@@ -218,11 +227,42 @@ def serve_worker_metrics(settings: Settings) -> None:
     metrics.serve_worker(settings.metrics_port, stores)
 
 
-def heartbeat(path: str | None) -> Callable[[], None] | None:
-    """What the loop calls on every pass to mark itself alive (for ``relay probe live``)."""
+def heartbeat(path: str | None, bound: float | None = None) -> Callable[[], None] | None:
+    """What the loop calls on every pass (and every second of a rest) to mark itself alive, for
+    ``relay probe live``. With ``bound``, the file first says how stale it may grow before the
+    process counts as hung (:func:`liveness_seconds`), so the probe needs no settings."""
     if not path:
         return None
-    return lambda: touch(path)
+    if bound is None:
+        return lambda: touch(path)
+    first = [True]
+
+    def beat() -> None:
+        # Written at the first pass, not before: the file's existence says the loop runs.
+        if first[0]:
+            write_bound(path, bound)
+            first[0] = False
+        else:
+            touch(path)
+
+    return beat
+
+
+def liveness_seconds(settings: Settings) -> float:
+    """The longest a healthy ``relay dispatch --loop`` goes between two heartbeats, the bound
+    the heartbeat file carries for ``relay probe live``: one drain and its slack, derived from
+    the lease and the confirm timeout (a rest, however long, beats every second)."""
+    return settings.lease_seconds * timing.LIVENESS_LEASES + settings.confirm_timeout_seconds
+
+
+def write_bound(path: str, bound: float) -> None:
+    """Start the heartbeat file afresh with the liveness bound its beats keep."""
+    with open(path, "w") as f:
+        f.write(f"{BOUND_PREFIX}{bound:g}\n")
+
+
+#: The heartbeat file's one line: ``stale-after-seconds=70``.
+BOUND_PREFIX = "stale-after-seconds="
 
 
 def touch(path: str) -> None:
