@@ -58,6 +58,9 @@ class Settings:
     #: backlog), and start again from ``batch_size`` after a short one. Unless set: 1000 at the
     #: default batch size, and the batch size itself when that was set (a chosen size is kept).
     batch_max: int = 1000
+    #: Most bytes of payload and headers one claim leases (at least one row): what a relay
+    #: holds stays bounded when rows are large (``relay.store.dialects.base.Dialect.claim``).
+    batch_max_bytes: int = 16 * 1_048_576
     lease_seconds: float = 30.0
     max_attempts: int = 10
     backoff_base_seconds: float = 1.0
@@ -178,6 +181,7 @@ class Settings:
         for var, value in (
             ("RELAY_BACKOFF_MAX_SECONDS", self.backoff_max_seconds),
             ("RELAY_BACKOFF_BASE_SECONDS", self.backoff_base_seconds),
+            ("RELAY_BATCH_MAX_BYTES", self.batch_max_bytes),
         ):
             check(value > 0, var, value, "must be > 0")
         check(
