@@ -1,7 +1,6 @@
 """Pure decisions: backoff (of a row's attempts, and of the process-level retry loops), the next
-state after an attempt, the broker circuit breaker, the size of the next claim (in rows and in
-bytes), when a claim also looks for expired leases, the share of a tick's fan-out each database
-of a fleet gets.
+state after an attempt, the broker circuit breaker, the size of the next claim, when a claim
+also looks for expired leases, the share of a tick's fan-out each database of a fleet gets.
 
 Time and randomness are passed in; nothing here reads a clock or does I/O.
 """
@@ -10,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -132,54 +131,6 @@ class BatchSizer:
     def claimed(self, asked: int, got: int) -> None:
         """A claim that asked for ``asked`` rows returned ``got``."""
         self.size = min(self.most, asked * 2) if got >= asked else self.first
-
-
-def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> int:
-    """How many of ``sizes`` (rows in claim order) one claim leases under ``max_bytes``: the
-    longest prefix whose total stays within it. With ``first`` the first row counts whatever
-    its size, so a row larger than the bound is still claimed (alone), never stranded."""
-    total = taken = 0
-    for size in sizes:
-        total += size
-        if total > max_bytes and not (first and taken == 0):
-            break
-        taken += 1
-    return taken
-
-
-def text_bytes(text: str | None) -> int:
-    """The UTF-8 length of a claimed row's JSON text, as the database counts it for the bound
-    (``str.isascii`` is a flag lookup, so an ASCII text costs no encoding)."""
-    if text is None:
-        return 0
-    return len(text) if text.isascii() else len(text.encode())
-
-
-@dataclass(slots=True)
-class ClaimFit:
-    """How many rows a claim under a byte bound reads. A claim locks and sizes up to its row
-    limit and leases those that fit, and sizing a row reads its payload whole (3 ms for 900
-    KB on PostgreSQL), so under large rows most of a full-size claim's reading was waste
-    (100 rows sized to lease 4: 360 ms a claim instead of 64). After a claim the bound cut
-    short, the next reads twice the rows that fitted; claims that fit whole double it back;
-    a claim that came back short without reaching the bound (the large rows are gone) lifts
-    the cap. Rows of ordinary size never meet the bound, so the cap stays off for them."""
-
-    #: Most rows the next claim reads; None: its row limit alone.
-    cap: int | None = None
-
-    def ask(self, limit: int) -> int:
-        """The row limit of the next claim, asked for ``limit``."""
-        return limit if self.cap is None else min(limit, self.cap)
-
-    def claimed(self, asked: int, got: int, got_bytes: int, max_bytes: int) -> None:
-        """A claim that read up to ``asked`` rows leased ``got`` of ``got_bytes`` bytes."""
-        if got < asked and got_bytes > max_bytes // 2:
-            self.cap = max(1, 2 * got)  # cut by the bound
-        elif got < asked:
-            self.cap = None
-        elif self.cap is not None:
-            self.cap *= 2
 
 
 @dataclass(slots=True)

@@ -15,9 +15,9 @@ from sqlalchemy import Connection, Engine
 
 from relay import ordering
 from relay.config import Settings, timing
-from relay.policy import ClaimFit, text_bytes
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.base import BaseStore, executemany
+from relay.store.claimsize import ClaimFit, text_bytes
 from relay.store.dialects.retention import RetentionStatements
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.eventids import default_source

@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 
 from relay.ordering import cut_runs
-from relay.policy import fit_bytes, text_bytes
+from relay.store.claimsize import fit_bytes, text_bytes
 from relay.store.dialects.common import PENDING, PROCESSING, cached
 from relay.store.dialects.outcomes import OutcomeStatements
 from relay.store.dialects.produce import InboxStatements, ProducerStatements

@@ -42,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
-from relay.policy import fit_bytes
+from relay.store.claimsize import fit_bytes
 from relay.store.dialects.base import Dialect
 from relay.store.dialects.common import cached
 from relay.store.dialects.operations import Operations
