@@ -23,12 +23,18 @@ def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> in
     return taken
 
 
-def text_bytes(text: str | None) -> int:
+def text_bytes(text: object) -> int:
     """The UTF-8 length of a claimed row's JSON text, as the database counts it for the bound
-    (``str.isascii`` is a flag lookup, so an ASCII text costs no encoding)."""
+    (``str.isascii`` is a flag lookup, so an ASCII text costs no encoding). Whatever else a
+    row holds (SQLite keeps a number or a blob as it was written) counts as its bytes or its
+    text: sizing never raises for a row the decoder will refuse (DESIGN.md 3.1)."""
     if text is None:
         return 0
-    return len(text) if text.isascii() else len(text.encode())
+    if isinstance(text, str):
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if isinstance(text, bytes | bytearray | memoryview):
+        return len(text)
+    return len(str(text))
 
 
 @dataclass(slots=True)

@@ -28,8 +28,11 @@ def test_a_claim_takes_the_longest_prefix_within_the_bound(
 
 
 def test_a_claimed_text_counts_bytes_as_the_database_does() -> None:
-    """ASCII text is its length; other text its UTF-8 length; a missing one nothing."""
+    """ASCII text is its length; other text its UTF-8 length; a missing one nothing; what
+    SQLite hands over for a payload written as a number or a blob is sized, never refused."""
     assert (text_bytes('{"a": 1}'), text_bytes('"é"'), text_bytes(None)) == (8, 4, 0)
+    assert (text_bytes(12345), text_bytes(b"\xff\x00"), text_bytes(1.5)) == (5, 2, 3)
+    assert text_bytes("\ud800") == 3  # a lone surrogate
 
 
 def test_claims_under_large_rows_read_only_about_what_fits() -> None:
