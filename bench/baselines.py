@@ -32,6 +32,7 @@ import sqlalchemy as sa
 
 from bench import procs, rows, services
 from bench.timing import Workload, grid, measure, summarize
+from relay.config import Settings
 from relay.dispatch.dispatcher import make_worker_id
 from relay.publishers import message
 from relay.publishers.base import kombu_message
@@ -250,7 +251,12 @@ def sql_worker(stop: threading.Event) -> None:
     """Claim and mark sent until ``stop`` is set."""
     batch_size = int(os.environ.get("RELAY_BATCH_SIZE", "100"))
     idle = float(os.environ.get("RELAY_TICK_SECONDS", "1"))
-    store = Store.from_url(os.environ["RELAY_DATABASE_URL"])
+    # The byte bound as the relay runs it (RELAY_BATCH_MAX_BYTES or its default).
+    max_bytes = os.environ.get("RELAY_BATCH_MAX_BYTES")
+    store = Store.from_url(
+        os.environ["RELAY_DATABASE_URL"],
+        batch_max_bytes=int(max_bytes) if max_bytes else Settings().batch_max_bytes,
+    )
     worker = make_worker_id()
     print(procs.BENCH_READY, file=sys.stderr, flush=True)
     try:

@@ -20,17 +20,25 @@ from relay.records import ClaimedEvent, PublishResult, Stall, StalledKey
 BEHIND_A_FAILURE = "an earlier row of its ordering key failed in the same batch"
 
 
-def cut_runs(heads: Sequence[Any], found: Sequence[Any]) -> list[int]:
+def cut_runs(heads: Sequence[Any], found: Sequence[Any], max_bytes: int | None = None) -> list[int]:
     """Ids of ``found`` rows that extend their head's run without a gap, in key order: a run
-    stops at the first number missing (uncommitted, locked by another claimer, not due).
+    stops at the first number missing (uncommitted, locked by another claimer, not due), or,
+    with ``max_bytes``, at the first row whose ``size`` would take the runs' total past it (a
+    run is cut short, never split: what is left of the key waits for the next claim).
 
-    ``heads`` and ``found`` are rows with ``id``, ``ordering_key`` and ``seq`` attributes."""
-    by_place = {(r.ordering_key, r.seq): r.id for r in found}
+    ``heads`` and ``found`` are rows with ``id``, ``ordering_key`` and ``seq`` attributes
+    (and ``size`` when ``max_bytes`` is given)."""
+    by_place = {(r.ordering_key, r.seq): r for r in found}
     ids: list[int] = []
+    total = 0
     for head in heads:
         seq = head.seq + 1
-        while (head.ordering_key, seq) in by_place:
-            ids.append(by_place[(head.ordering_key, seq)])
+        while (row := by_place.get((head.ordering_key, seq))) is not None:
+            if max_bytes is not None:
+                if total + row.size > max_bytes:
+                    break
+                total += row.size
+            ids.append(row.id)
             seq += 1
     return ids
 

@@ -51,6 +51,12 @@ MEANING: dict[str, str] = {
     "batch_max": "while claims come back full (a backlog), each drain doubles them from "
     "`RELAY_BATCH_SIZE` up to this; a short claim starts again from the batch size. Set it "
     "equal to the batch size for fixed batches (and a tighter duplicate bound)",
+    "batch_max_bytes": "most bytes of payload and headers (as JSON text) one claim leases, "
+    "whatever its row count, so a relay process holds a bounded amount when rows are large "
+    "(plain SQL bypasses `RELAY_MAX_PAYLOAD_BYTES`; a drain holds at most two batches). A row "
+    "larger than this is still claimed, never stranded: each lane of a claim (unordered rows, "
+    "heads of ordering keys) takes its first row whatever its size "
+    "([batches bounded by bytes](performance.md#batches-bounded-by-bytes))",
     "lease_seconds": "lease length; renewed every third of it while a batch publishes. Give "
     "Celery workers a stop grace period longer than this. The database deadlines derive from "
     "it: a dispatch call is abandoned after a third of it (at least 1 s), connecting may take "

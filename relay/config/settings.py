@@ -58,6 +58,8 @@ class Settings:
     #: backlog), and start again from ``batch_size`` after a short one. Unless set: 1000 at the
     #: default batch size, and the batch size itself when that was set (a chosen size is kept).
     batch_max: int = 1000
+    #: Most bytes of payload and headers one claim leases (``Dialect.claim``; at least one row).
+    batch_max_bytes: int = 16 * 1_048_576
     lease_seconds: float = 30.0
     max_attempts: int = 10
     backoff_base_seconds: float = 1.0
@@ -178,6 +180,9 @@ class Settings:
         for var, value in (
             ("RELAY_BACKOFF_MAX_SECONDS", self.backoff_max_seconds),
             ("RELAY_BACKOFF_BASE_SECONDS", self.backoff_base_seconds),
+            ("RELAY_BATCH_MAX_BYTES", self.batch_max_bytes),
+            ("RELAY_TICK_SECONDS", self.tick_seconds),
+            ("RELAY_POLL_FLOOR_SECONDS", self.poll_floor_seconds),
         ):
             check(value > 0, var, value, "must be > 0")
         check(
@@ -185,13 +190,6 @@ class Settings:
             "RELAY_BACKOFF_MAX_SECONDS",
             self.backoff_max_seconds,
             f"must be >= RELAY_BACKOFF_BASE_SECONDS={self.backoff_base_seconds!r}",
-        )
-        check(self.tick_seconds > 0, "RELAY_TICK_SECONDS", self.tick_seconds, "must be > 0")
-        check(
-            self.poll_floor_seconds > 0,
-            "RELAY_POLL_FLOOR_SECONDS",
-            self.poll_floor_seconds,
-            "must be > 0",
         )
         check(
             self.poll_floor_seconds <= self.tick_seconds,

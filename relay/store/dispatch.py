@@ -17,6 +17,7 @@ from relay import ordering
 from relay.config import Settings, timing
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.base import BaseStore, executemany
+from relay.store.claimsize import ClaimFit, text_bytes
 from relay.store.dialects.retention import RetentionStatements
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.eventids import default_source
@@ -32,9 +33,18 @@ class DispatchStore(BaseStore):
     """The dispatch path's verbs over the ``outbox`` table of one database."""
 
     def __init__(
-        self, engine: Engine, *, source: str | None = None, delete_on_send: bool = False
+        self,
+        engine: Engine,
+        *,
+        source: str | None = None,
+        delete_on_send: bool = False,
+        batch_max_bytes: int | None = None,
     ) -> None:
         super().__init__(engine)
+        #: ``RELAY_BATCH_MAX_BYTES``: most bytes of payload and headers one claim leases
+        #: (``relay.store.dialects.base.Dialect.claim``); None: bounded by rows only.
+        self.batch_max_bytes = batch_max_bytes
+        self._fit = ClaimFit()
         #: The CloudEvents ``source`` of this outbox's messages (``RELAY_SOURCE``).
         self.source = source or default_source(engine.url)
         #: ``RELAY_DELETE_ON_SEND``: the fenced statement that records a row as sent deletes
@@ -49,20 +59,25 @@ class DispatchStore(BaseStore):
         *,
         source: str | None = None,
         delete_on_send: bool = False,
+        batch_max_bytes: int | None = None,
         **engine_kwargs: Any,
     ) -> Self:
         engine = create_engine(url, **engine_kwargs)
-        return cls(engine, source=source, delete_on_send=delete_on_send)
+        return cls(
+            engine, source=source, delete_on_send=delete_on_send, batch_max_bytes=batch_max_bytes
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
         """The store every relay process dispatches through: ``RELAY_DATABASE_URL``, with
         ``RELAY_SOURCE`` as its messages' source, deleting at send with ``RELAY_DELETE_ON_SEND``,
-        every call bounded by deadlines derived from the lease (:func:`dispatch_engine_kwargs`)."""
+        every call bounded by deadlines derived from the lease (:func:`dispatch_engine_kwargs`),
+        its claims bounded by ``RELAY_BATCH_MAX_BYTES``."""
         return cls.from_url(
             settings.database_url,
             source=settings.source,
             delete_on_send=settings.delete_on_send,
+            batch_max_bytes=settings.batch_max_bytes,
             **{**dispatch_engine_kwargs(settings), **engine_kwargs},
         )
 
@@ -71,7 +86,8 @@ class DispatchStore(BaseStore):
         self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
     ) -> list[ClaimedEvent]:
         """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
-        unordered rows whose lease expired only when ``expired`` (``relay.policy.LeaseSweep``)."""
+        unordered rows whose lease expired only when ``expired`` (``relay.policy.LeaseSweep``);
+        no more than ``batch_max_bytes`` of payload and headers, but always at least one row."""
         with self._tx() as conn:
             return self._claim(conn, worker, limit, lease_seconds, expired)
 
@@ -109,9 +125,19 @@ class DispatchStore(BaseStore):
     def _claim(
         self, conn: Connection, worker: str, limit: int, lease_seconds: float, expired: bool
     ) -> list[ClaimedEvent]:
+        max_bytes = self.batch_max_bytes
+        asked = limit if max_bytes is None else self._fit.ask(limit)
         rows = self.dialect.claim(
-            conn, worker=worker, limit=limit, lease_seconds=lease_seconds, expired=expired
+            conn,
+            worker=worker,
+            limit=asked,
+            lease_seconds=lease_seconds,
+            expired=expired,
+            max_bytes=max_bytes,
         )
+        if max_bytes is not None:
+            got_bytes = sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)
+            self._fit.claimed(asked, len(rows), got_bytes, max_bytes)
         return ordering.publish_order(ClaimedEvent.from_claims(rows, json_loads_many, self.source))
 
     def _record(

@@ -12,8 +12,8 @@ from relay.store.engine import create_engine
 
 
 def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: str) -> None:
-    """With 200k rows sent two days ago and a few pending ones, the claim reads
-    ix_outbox_pending and ix_outbox_leases, also when the server uses a generic plan (as
+    """With 200k rows sent two days ago and a few pending ones, the claim (bounded by bytes or
+    not) reads ix_outbox_pending and ix_outbox_leases, also when the server uses a generic plan (as
     psycopg's prepared statements lead it to); the console's last hour and the ordered probe
     read their (partial) indexes."""
     engine = create_engine(pg_url)
@@ -29,12 +29,13 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
             _insert_pending(conn, 50)
             conn.execute(sa.text("ANALYZE outbox"))
         dialect = PostgresDialect()
-        plan = _generic_plan(
-            engine, dialect.claim_statement(worker="w", limit=10, lease_seconds=30)
-        )
-        assert "ix_outbox_pending" in plan, plan
-        assert "ix_outbox_leases" in plan, plan
-        assert "Seq Scan on outbox" not in plan, plan
+        # The claim bounded by bytes (RELAY_BATCH_MAX_BYTES) reads the same indexes.
+        for sized in (False, True):
+            stmt = dialect.claim_statement(worker="w", limit=10, lease_seconds=30, sized=sized)
+            plan = _generic_plan(engine, stmt, dialect.bound_params(2**24 if sized else None, True))
+            assert "ix_outbox_pending" in plan, plan
+            assert "ix_outbox_leases" in plan, plan
+            assert "Seq Scan on outbox" not in plan, plan
         # The partial indexes (0008) still serve the queries that need them.
         plan = _generic_plan(engine, operations_for(dialect).sent_per_minute())
         assert "ix_outbox_sent_at" in plan, plan
@@ -47,17 +48,21 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
 
 def test_claim_updates_through_the_primary_key_on_a_young_table(pg_url: str) -> None:
     """A table about the size of the batches (a fresh deployment, a bench): the claim's
-    UPDATE still finds its rows through the primary key, never by hashing the whole table."""
+    UPDATE (bounded by bytes or not) still finds its rows through the primary key, never by
+    hashing the whole table."""
     engine = create_engine(pg_url)
     try:
         with engine.begin() as conn:
             _insert_pending(conn, 20000)
             conn.execute(sa.text("ANALYZE outbox"))
-        stmt = PostgresDialect().claim_statement(worker="w", limit=1000, lease_seconds=30)
-        for mode in ("force_custom_plan", "force_generic_plan"):
-            plan = _generic_plan(engine, stmt, mode=mode)
-            assert "Seq Scan" not in plan, plan
-            assert "Index Scan using pk_outbox on outbox" in plan, plan
+        dialect = PostgresDialect()
+        for sized in (False, True):
+            stmt = dialect.claim_statement(worker="w", limit=1000, lease_seconds=30, sized=sized)
+            params = dialect.bound_params(2**24 if sized else None, True)
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                plan = _generic_plan(engine, stmt, params, mode=mode)
+                assert "Seq Scan" not in plan, plan
+                assert "Index Scan using pk_outbox on outbox" in plan, plan
     finally:
         engine.dispose()
 

@@ -65,6 +65,27 @@ def test_a_claim_cuts_each_run_at_its_first_gap(
 
 
 @pytest.mark.parametrize(
+    ("bound", "run"),
+    [
+        (None, ["j4", "j5", "k2", "k3"]),  # no byte bound: every run whole
+        (30, ["j4", "j5", "k2"]),  # k3 would pass the bound: k's run stops at k2
+        (15, ["j4"]),  # j5 would pass it, and so would k2
+        (25, ["j4", "j5"]),  # k2 would pass it: k leases its head alone
+        (0, []),  # nothing left of the bound: the heads alone
+    ],
+)
+def test_a_claim_cuts_runs_short_at_the_byte_bound(bound: int | None, run: list[str]) -> None:
+    """Runs grow in the heads' order while their sizes (10 bytes a row) stay within what is
+    left of the bound; a run is cut short, never split: no row after one left out."""
+    found = [("j", 4), ("j", 5), ("k", 2), ("k", 3)]
+    ids = {f"{k}{s}": 100 + i for i, (k, s) in enumerate(found)}
+    rows = [SimpleNamespace(id=ids[f"{k}{s}"], ordering_key=k, seq=s, size=10) for k, s in found]
+    heads = [_place(1, "j", 3), _place(2, "k", 1)]
+    by_id = {v: k for k, v in ids.items()}
+    assert [by_id[i] for i in cut_runs(heads, rows, bound)] == run
+
+
+@pytest.mark.parametrize(
     ("batch", "refused", "published", "withheld"),
     [
         # nothing refused: everything goes out

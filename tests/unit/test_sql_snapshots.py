@@ -56,6 +56,11 @@ NOT_STATEMENTS = {
     "this_minute",
     "cutoff",
     "head_ids",
+    "text_bytes",
+    "row_bytes",
+    "place",
+    "within_bytes",
+    "bound_params",
 }
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.
@@ -99,6 +104,7 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "ordered": True,
         "horizon": 1000,
         "expired": True,
+        "sized": True,
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     ColumnElement,
     CompoundSelect,
     Connection,
@@ -38,6 +40,7 @@ from sqlalchemy import (
 )
 
 from relay.ordering import cut_runs
+from relay.store.claimsize import fit_bytes, text_bytes
 from relay.store.dialects.common import PENDING, PROCESSING, cached
 from relay.store.dialects.outcomes import OutcomeStatements
 from relay.store.dialects.produce import InboxStatements, ProducerStatements
@@ -48,6 +51,10 @@ CLAIM_JSON = frozenset({"payload", "headers"})
 
 #: A locked head or run row: enough to cut runs at their first gap.
 _PLACE = (outbox.c.id, outbox.c.ordering_key, outbox.c.seq)
+#: The claim's byte bound (``RELAY_BATCH_MAX_BYTES``, or what is left of it), bound per claim.
+MAX_BYTES = bindparam("max_bytes", type_=BigInteger)
+#: Whether the claim's first row counts whatever its size (so an oversized row is not stranded).
+FIRST_ANYWAY = bindparam("first_anyway", type_=Boolean)
 
 
 class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
@@ -77,6 +84,21 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
                 outbox.c.event_id,
             )
         )
+
+    def text_bytes(self, text: ColumnElement[Any]) -> ColumnElement[int]:
+        """The length in bytes of ``text`` (UTF-8)."""
+        return func.octet_length(text)
+
+    def row_bytes(self) -> ColumnElement[int]:
+        """A row's payload and headers in bytes, as the JSON text a claim returns them: what
+        ``RELAY_BATCH_MAX_BYTES`` counts."""
+        return self.text_bytes(self.json_text(outbox.c.payload)) + func.coalesce(
+            self.text_bytes(self.json_text(outbox.c.headers)), 0
+        )
+
+    def place(self) -> tuple[ColumnElement[Any], ...]:
+        """A locked head or run row as a claim reads it: its place and its size in bytes."""
+        return (*_PLACE, self.row_bytes().label("size"))
 
     def due(self) -> ColumnElement[bool]:
         """Unfinished rows a worker may take now: due pending rows and expired leases."""
@@ -116,7 +138,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         )
 
     def unordered_ids(
-        self, limit: int, *, locked: bool = True, expired: bool = True
+        self, limit: int, *, locked: bool = True, expired: bool = True, sized: bool = False
     ) -> CompoundSelect[Any] | Select[Any]:
         """The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
         not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases, the
@@ -126,28 +148,46 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         lane locked but the merge left out stay locked only until the claim commits; the lane
         of expired leases is empty in normal operation, but on PostgreSQL its index range is
         not (an entry per row claimed since the last vacuum), so a claim reads it only when
-        ``expired`` (:class:`relay.policy.LeaseSweep`): without, the pending lane alone."""
+        ``expired`` (:class:`relay.policy.LeaseSweep`): without, the pending lane alone.
+        ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_due(), (outbox.c.id,))
         ]
         if expired:
             wanted.insert(0, (self.expired_unordered(), (outbox.c.locked_until, outbox.c.id)))
+        columns: tuple[ColumnElement[Any], ...] = (outbox.c.id,)
+        if sized:
+            columns += (self.row_bytes().label("size"),)
         lanes = []
         for due, order in wanted:
-            lane = select(outbox.c.id).where(outbox.c.seq.is_(None), due)
+            lane = select(*columns).where(outbox.c.seq.is_(None), due)
             lane = lane.order_by(*order).limit(limit)
             rows = (self.lock(lane) if locked else lane).subquery()
-            lanes.append(select(rows.c.id))
+            lanes.append(select(*rows.c))
         if len(lanes) == 1:
             return lanes[0]
         merged = union_all(*lanes)
         return merged.order_by(merged.selected_columns.id).limit(limit)
 
+    def within_bytes(self, picked: CompoundSelect[Any] | Select[Any]) -> Select[Any]:
+        """The ids of ``picked`` (``id``, ``size``) up to the byte bound, oldest first: a
+        running total in id order, kept while it stays within ``max_bytes``; the first row
+        whatever its size when ``first_anyway`` is bound true.
+
+        The window runs a level above the lanes' locking reads (no window function may share
+        a level with FOR UPDATE), over the at most ``limit`` rows they locked; the rows it
+        leaves out stay locked only until the claim commits."""
+        rows = picked.subquery()
+        total = func.sum(rows.c.size).over(order_by=rows.c.id)
+        sized = select(rows.c.id, rows.c.size, total.label("upto")).subquery()
+        first = and_(sized.c.upto == sized.c.size, FIRST_ANYWAY)
+        return select(sized.c.id).where(or_(sized.c.upto <= MAX_BYTES, first))
+
     @cached
     def heads_statement(self, limit: int) -> Select[Any]:
         """Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked."""
         return self.lock(
-            select(*_PLACE)
+            select(*self.place())
             .select_from(
                 outbox_progress.join(
                     outbox,
@@ -166,7 +206,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
     def run_statement(self) -> Select[Any]:
         """The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked."""
         return self.lock(
-            select(*_PLACE).where(
+            select(*self.place()).where(
                 tuple_(outbox.c.ordering_key, outbox.c.seq).in_(
                     bindparam("places", expanding=True)
                 ),
@@ -186,10 +226,19 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        max_bytes: int | None = None,
+        first_anyway: bool = True,
     ) -> list[Row[Any]]:
         """Lease up to ``limit`` of the oldest claimable unordered rows to ``worker`` (expired
-        leases among them only when ``expired``)."""
+        leases among them only when ``expired``), with ``max_bytes`` no more than that many
+        bytes of payload and headers, the first row whatever its size if ``first_anyway``."""
         raise NotImplementedError
+
+    def bound_params(self, max_bytes: int | None, first_anyway: bool) -> dict[str, Any]:
+        """The bind parameters of a claim statement built ``sized`` (none when unbounded)."""
+        if max_bytes is None:
+            return {}
+        return {"max_bytes": max_bytes, "first_anyway": first_anyway}
 
     def lease_ids(
         self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
@@ -205,16 +254,26 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        max_bytes: int | None = None,
     ) -> list[Row[Any]]:
         """Lease up to ``limit`` rows to ``worker`` inside the open transaction: heads of keys
         and the runs behind them, and the oldest unordered rows (unordered expired leases only
         when ``expired``; a key's expired head is always found); each lane gets at least half
-        of the batch when the other has work."""
+        of the batch when the other has work.
+
+        With ``max_bytes`` the rows' payload and headers add up to no more than that, except
+        that each lane takes its first row whatever its size (never stranded): the heads get
+        up to half of the bytes, the unordered rows what the heads left, the runs behind the
+        heads what is left then."""
         heads = conn.execute(self.heads_statement(limit)).all()
         # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
         # the next claim, this worker's pipelined one or another worker's: a backlog over a few
         # keys then moves through several workers at once instead of one.
         heads = heads[: (len(heads) + 1) // 2]
+        left_bytes = max_bytes
+        if max_bytes is not None and heads:
+            heads = heads[: fit_bytes((h.size for h in heads), max_bytes // 2)]
+            left_bytes = max_bytes - sum(h.size for h in heads)
         unordered_limit = (limit - len(heads)) // (2 if heads else 1)
         rows: list[Row[Any]] = []
         if unordered_limit:
@@ -224,20 +283,35 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
                 limit=unordered_limit,
                 lease_seconds=lease_seconds,
                 expired=expired,
+                max_bytes=left_bytes,
             )
+            if left_bytes is not None:
+                left_bytes -= _claimed_bytes(rows)
         if not heads:
             return rows
         ids = [h.id for h in heads]
         share = (limit - len(rows)) // len(heads)
         places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
-        if places:
+        run_bytes = None if left_bytes is None else max(left_bytes, 0)
+        if places and run_bytes != 0:
             found = conn.execute(self.run_statement(), self.run_params(places)).all()
-            ids += cut_runs(heads, found)
+            run = cut_runs(heads, found, run_bytes)
+            ids += run
+            if left_bytes is not None:
+                sizes = {r.id: r.size for r in found}
+                left_bytes -= sum(sizes[i] for i in run)
         left = limit - len(rows) - len(ids)
-        if left > 0 and len(rows) == unordered_limit:
+        full = left_bytes is not None and left_bytes <= 0
+        if left > 0 and len(rows) == unordered_limit and not full:
             # The runs were short and the unordered lane may have more: fill the batch.
             rows += self.claim_unordered(
-                conn, worker=worker, limit=left, lease_seconds=lease_seconds, expired=expired
+                conn,
+                worker=worker,
+                limit=left,
+                lease_seconds=lease_seconds,
+                expired=expired,
+                max_bytes=left_bytes,
+                first_anyway=False,
             )
         return rows + self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
 
@@ -279,3 +353,9 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
             select(func.count()).select_from(unordered).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()
         )
+
+
+def _claimed_bytes(rows: Sequence[Row[Any]]) -> int:
+    """The bytes of claimed rows' payload and headers (their JSON texts), as
+    :meth:`Dialect.row_bytes` counts them."""
+    return sum(text_bytes(row.payload) + text_bytes(row.headers) for row in rows)

@@ -42,6 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
+from relay.store.claimsize import fit_bytes
 from relay.store.dialects.base import Dialect
 from relay.store.dialects.common import cached
 from relay.store.dialects.operations import Operations
@@ -74,11 +75,11 @@ class MySQLDialect(Dialect):
         """``FOR UPDATE SKIP LOCKED`` (MariaDB has no ``OF``: joined rows are locked too)."""
         return stmt.with_for_update(skip_locked=True)
 
-    def pick_statement(self, due: ColumnElement[bool], limit: int) -> Select[int]:
-        """``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
-        status."""
+    def pick_statement(self, due: ColumnElement[bool], limit: int) -> Select[Any]:
+        """``SELECT id, <bytes> … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED``
+        over one status: the ids and their rows' sizes (:meth:`row_bytes`)."""
         return (
-            select(outbox.c.id)
+            select(outbox.c.id, self.row_bytes().label("size"))
             .where(due, outbox.c.seq.is_(None))
             .order_by(outbox.c.id)
             .limit(limit)
@@ -108,12 +109,19 @@ class MySQLDialect(Dialect):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        max_bytes: int | None = None,
+        first_anyway: bool = True,
     ) -> list[Row[Any]]:
-        ids: list[int] = []
+        picked: list[Row[Any]] = []
         lanes = (self.lease_expired(), self.pending_due()) if expired else (self.pending_due(),)
         for due in lanes:
-            if len(ids) < limit:
-                ids += conn.execute(self.pick_statement(due, limit - len(ids))).scalars().all()
+            if len(picked) < limit:
+                picked += conn.execute(self.pick_statement(due, limit - len(picked))).all()
+        if max_bytes is not None:
+            # The rows left out stay locked only until the claim commits.
+            sizes = (row.size for row in picked)
+            picked = picked[: fit_bytes(sizes, max_bytes, first=first_anyway)]
+        ids = [row.id for row in picked]
         return self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
 
     def lease_ids(

@@ -91,19 +91,27 @@ class PostgresDialect(Dialect):
 
     @cached
     def claim_statement(
-        self, *, worker: str, limit: int, lease_seconds: float, expired: bool = True
+        self,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool = True,
+        sized: bool = False,
     ) -> Update:
         """Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
-        same statement.
+        same statement; ``sized``, only those within the bound bytes (:meth:`within_bytes`).
 
         The locked ids are gathered into an array (``id = ANY(ARRAY(SELECT … SKIP LOCKED))``),
         so the UPDATE finds each row through the primary key. Joined to a CTE instead, the
         planner hashes the whole table whenever it is small next to the batch (measured: a
         sequential scan of 20,000 rows in every claim of 1,000, about a third of its time)."""
-        picked = self.unordered_ids(limit, expired=expired).scalar_subquery()
+        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
+        if sized:
+            picked = self.within_bytes(picked)
         return (
             sa_update(outbox)
-            .where(outbox.c.id == sa.any_(func.array(picked)))
+            .where(outbox.c.id == sa.any_(func.array(picked.scalar_subquery())))
             .values(**self.lease_values(worker, lease_seconds))
             .returning(*self.claim_columns())
         )
@@ -116,11 +124,17 @@ class PostgresDialect(Dialect):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        max_bytes: int | None = None,
+        first_anyway: bool = True,
     ) -> list[Row[Any]]:
         stmt = self.claim_statement(
-            worker=worker, limit=limit, lease_seconds=lease_seconds, expired=expired
+            worker=worker,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            expired=expired,
+            sized=max_bytes is not None,
         )
-        return list(conn.execute(stmt).all())
+        return list(conn.execute(stmt, self.bound_params(max_bytes, first_anyway)).all())
 
     @cached
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
@@ -143,7 +157,9 @@ class PostgresDialect(Dialect):
         # lookup in the unique (ordering_key, seq) index. As a plain join the planner, without
         # fresh statistics on a backlog that just arrived, reads "due" as matching one row and
         # scans the whole table instead (measured: 35 ms a claim at 10,000 rows, not 0.3 ms).
-        probe = select(*_PLACE).where(outbox.c.ordering_key == key, outbox.c.seq == seq, self.due())
+        columns = self.place() if locked else _PLACE  # the claim's probes size their rows
+        probe = select(*columns)
+        probe = probe.where(outbox.c.ordering_key == key, outbox.c.seq == seq, self.due())
         probe = probe.limit(1)
         return (probe.with_for_update(skip_locked=True) if locked else probe).lateral("o")
 
@@ -163,7 +179,7 @@ class PostgresDialect(Dialect):
         a LATERAL probe per key."""
         probe = self._probe(outbox_progress.c.ordering_key, outbox_progress.c.sent_seq + 1)
         return (
-            select(probe.c.id, probe.c.ordering_key, probe.c.seq)
+            select(probe.c.id, probe.c.ordering_key, probe.c.seq, probe.c.size)
             .select_from(outbox_progress.join(probe, sa.true()))
             .order_by(probe.c.id)
             .limit(limit)
@@ -182,7 +198,7 @@ class PostgresDialect(Dialect):
             .render_derived(name="p")
         )
         probe = self._probe(places.c.ordering_key, places.c.seq)
-        return select(probe.c.id, probe.c.ordering_key, probe.c.seq).select_from(
+        return select(probe.c.id, probe.c.ordering_key, probe.c.seq, probe.c.size).select_from(
             places.join(probe, sa.true())
         )
 

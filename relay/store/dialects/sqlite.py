@@ -20,10 +20,12 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
+    LargeBinary,
     Row,
     Select,
     Update,
     bindparam,
+    cast,
     func,
     literal,
     literal_column,
@@ -62,15 +64,29 @@ class SQLiteDialect(Dialect):
         days = func.julianday(literal_column("'now'")) - func.julianday(column)
         return type_coerce(days * literal_column("86400.0"), Float)
 
+    def text_bytes(self, text: ColumnElement[Any]) -> ColumnElement[int]:
+        """``length(CAST(text AS BLOB))``: bytes, where ``length`` of text counts characters
+        (``octet_length`` arrived only in SQLite 3.43)."""
+        return func.length(cast(text, LargeBinary))
+
     @cached
     def claim_statement(
-        self, *, worker: str, limit: int, lease_seconds: float, expired: bool = True
+        self,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool = True,
+        sized: bool = False,
     ) -> Update:
-        """Lease the claimable rows :meth:`unordered_ids` picks, returning them."""
-        picked = self.unordered_ids(limit, expired=expired).scalar_subquery()
+        """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
+        the bound bytes: :meth:`within_bytes`), returning them."""
+        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
+        if sized:
+            picked = self.within_bytes(picked)
         return (
             update(outbox)
-            .where(outbox.c.id.in_(picked))
+            .where(outbox.c.id.in_(picked.scalar_subquery()))
             .values(**self.lease_values(worker, lease_seconds))
             .returning(*self.claim_columns())
         )
@@ -83,11 +99,17 @@ class SQLiteDialect(Dialect):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        max_bytes: int | None = None,
+        first_anyway: bool = True,
     ) -> list[Row[Any]]:
         stmt = self.claim_statement(
-            worker=worker, limit=limit, lease_seconds=lease_seconds, expired=expired
+            worker=worker,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            expired=expired,
+            sized=max_bytes is not None,
         )
-        return list(conn.execute(stmt).all())
+        return list(conn.execute(stmt, self.bound_params(max_bytes, first_anyway)).all())
 
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """Unchanged: the transaction already holds the database's write lock."""

@@ -155,7 +155,7 @@ FROM outbox
 WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'), (UTC_TIMESTAMP(6))) / 1000000.0 AS oldest_pending_age;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
-SELECT outbox.id, outbox.ordering_key, outbox.seq
+SELECT outbox.id, outbox.ordering_key, outbox.seq, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED;
@@ -235,8 +235,8 @@ WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
  LIMIT %s) AS oldest
 WHERE oldest.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND oldest.status = 'sent';
 
--- pick_statement: ``SELECT id … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED`` over one
-SELECT outbox.id
+-- pick_statement: ``SELECT id, <bytes> … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED``
+SELECT outbox.id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND outbox.seq IS NULL ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED;
@@ -284,7 +284,7 @@ INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, %s) ON DUPLICAT
 UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
-SELECT outbox.id, outbox.ordering_key, outbox.seq
+SELECT outbox.id, outbox.ordering_key, outbox.seq, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) FOR UPDATE SKIP LOCKED;
 
@@ -326,20 +326,20 @@ UPDATE relay_purger SET holder=%s, expires_at=timestampadd(MICROSECOND, CAST(rou
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, last_insert_id(%s)) ON DUPLICATE KEY UPDATE last_seq = last_insert_id(outbox_sequence.last_seq + %s);
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) ORDER BY outbox.locked_until, outbox.id
- LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id
-FROM (SELECT outbox.id AS id
+ LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
+FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %s;
 
 -- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1;

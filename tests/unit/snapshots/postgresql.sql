@@ -67,22 +67,28 @@ UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VA
 
 -- claim_statement: Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
+FROM (SELECT anon_3.id AS id, anon_3.size AS size
+FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id
-FROM (SELECT outbox.id AS id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
+FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
- LIMIT %(param_3)s::INTEGER))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
+ LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_4 ORDER BY id
+ LIMIT %(param_3)s::INTEGER) AS anon_2) AS anon_1
+WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
 
 -- claim_statement[expired=False]: Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
+FROM (SELECT anon_3.id AS id, anon_3.size AS size
+FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3) AS anon_2) AS anon_1
+WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id;
 
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT now() AS now_1;
@@ -183,8 +189,8 @@ FROM outbox
 WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending')) AS FLOAT) AS oldest_pending_age;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, each locked by
-SELECT o.id, o.ordering_key, o.seq
-FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
+SELECT o.id, o.ordering_key, o.seq, o.size
+FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
 WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
  LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true ORDER BY o.id
@@ -330,8 +336,8 @@ INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %
 UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=now() WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- run_statement: The claimable rows at the places bound as two arrays, ``run_keys`` and ``run_seqs``,
-SELECT o.id, o.ordering_key, o.seq
-FROM unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, seq) JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
+SELECT o.id, o.ordering_key, o.seq, o.size
+FROM unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, seq) JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
 WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
  LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true;
@@ -383,20 +389,20 @@ UPDATE relay_purger SET holder=%(b_holder)s::VARCHAR, expires_at=(now() + %(b_se
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + %(last_seq_1)s::BIGINT) RETURNING outbox_sequence.last_seq;
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id
-FROM (SELECT outbox.id AS id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
+ LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
+FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_3)s::INTEGER;
 
 -- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
  LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1;

@@ -55,24 +55,30 @@ UPDATE relay_heartbeats SET beat_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WH
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
--- claim_statement: Lease the claimable rows :meth:`unordered_ids` picks, returning them.
+-- claim_statement: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
+FROM (SELECT anon_3.id AS id, anon_3.size AS size
+FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
- LIMIT ? OFFSET ?) AS anon_1 UNION ALL SELECT anon_2.id
-FROM (SELECT outbox.id AS id
+ LIMIT ? OFFSET ?) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
+FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
- LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
- LIMIT ? OFFSET ?) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
+ LIMIT ? OFFSET ?) AS anon_4 ORDER BY id
+ LIMIT ? OFFSET ?) AS anon_2) AS anon_1
+WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
 
--- claim_statement[expired=False]: Lease the claimable rows :meth:`unordered_ids` picks, returning them.
+-- claim_statement[expired=False]: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
+FROM (SELECT anon_3.id AS id, anon_3.size AS size
+FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
- LIMIT ? OFFSET ?) AS anon_1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
+ LIMIT ? OFFSET ?) AS anon_3) AS anon_2) AS anon_1
+WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at, seq, event_id;
 
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AS utc_now_1;
@@ -166,7 +172,7 @@ FROM outbox
 WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = 'pending'))) * 86400.0 AS oldest_pending_age;
 
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
-SELECT outbox.id, outbox.ordering_key, outbox.seq
+SELECT outbox.id, outbox.ordering_key, outbox.seq, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
 WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?;
@@ -286,7 +292,7 @@ INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (
 UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
-SELECT outbox.id, outbox.ordering_key, outbox.seq
+SELECT outbox.id, outbox.ordering_key, outbox.seq, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
 
@@ -328,20 +334,20 @@ UPDATE relay_purger SET holder=?, expires_at=strftime(?, 'now', printf(?, ?)) WH
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + ?) RETURNING last_seq;
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
- LIMIT ? OFFSET ?) AS anon_1 UNION ALL SELECT anon_2.id
-FROM (SELECT outbox.id AS id
+ LIMIT ? OFFSET ?) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
+FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
  LIMIT ? OFFSET ?;
 
 -- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_1;

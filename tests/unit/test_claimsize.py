@@ -1,0 +1,50 @@
+"""How much one claim takes under the byte bound: the prefix that fits, a text's bytes, and
+how many rows the next claim reads (``relay.store.claimsize``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay.store.claimsize import ClaimFit, fit_bytes, text_bytes
+
+
+@pytest.mark.parametrize(
+    ("sizes", "bound", "first", "taken"),
+    [
+        ([10, 10, 10], 30, True, 3),  # exactly at the bound: all of it
+        ([10, 10, 10], 29, True, 2),  # the row that would pass it is left
+        ([50, 1, 1], 20, True, 1),  # a first row over the bound: claimed alone
+        ([50, 1, 1], 20, False, 0),  # ... unless the claim already has rows
+        ([5, 50, 1], 20, True, 1),  # a prefix: nothing after the row that did not fit
+        ([], 20, True, 0),
+    ],
+)
+def test_a_claim_takes_the_longest_prefix_within_the_bound(
+    sizes: list[int], bound: int, first: bool, taken: int
+) -> None:
+    """Rows are leased in claim order while their total stays within the byte bound; the
+    first whatever its size when the claim has nothing yet, so it is never stranded."""
+    assert fit_bytes(sizes, bound, first=first) == taken
+
+
+def test_a_claimed_text_counts_bytes_as_the_database_does() -> None:
+    """ASCII text is its length; other text its UTF-8 length; a missing one nothing; what
+    SQLite hands over for a payload written as a number or a blob is sized, never refused."""
+    assert (text_bytes('{"a": 1}'), text_bytes('"é"'), text_bytes(None)) == (8, 4, 0)
+    assert (text_bytes(12345), text_bytes(b"\xff\x00"), text_bytes(1.5)) == (5, 2, 3)
+    assert text_bytes("\ud800") == 3  # a lone surrogate
+
+
+def test_claims_under_large_rows_read_only_about_what_fits() -> None:
+    """A claim the byte bound cut short makes the next read twice the rows that fitted; claims
+    that fit whole double it back; a short claim below the bound (large rows gone) lifts it."""
+    fit = ClaimFit()
+    assert fit.ask(100) == 100
+    fit.claimed(100, 4, 3_600_000, 4_194_304)  # 4 rows of 900 KB filled 4 MiB
+    assert fit.ask(100) == 8
+    fit.claimed(8, 8, 80_000, 4_194_304)  # small rows again: all 8 fitted
+    assert fit.ask(100) == 16
+    fit.claimed(16, 3, 300, 4_194_304)  # the backlog ended below the bound
+    assert fit.ask(100) == 100
+    fit.claimed(100, 100, 20_000, 4_194_304)  # ordinary rows never set a cap
+    assert fit.cap is None
