@@ -27,7 +27,8 @@ def text_bytes(text: object) -> int:
     """The UTF-8 length of a claimed row's JSON text, as the database counts it for the bound
     (``str.isascii`` is a flag lookup, so an ASCII text costs no encoding). Whatever else a
     row holds (SQLite keeps a number or a blob as it was written) counts as its bytes or its
-    text: sizing never raises for a row the decoder will refuse (docs/guarantees.md, "What a bad row does")."""
+    text: sizing never raises for a row the decoder will refuse (docs/guarantees.md, "What a
+    bad row does")."""
     if text is None:
         return 0
     if isinstance(text, str):
