@@ -19,6 +19,12 @@ RECHECK_SHARE_OF_LEASE = 0.5
 RECORD_RETRY_SHARE_OF_LEASE = 0.5
 #: The lease keeper renews this often.
 RENEW_SHARE_OF_LEASE = 1 / 3
+#: The lease keeper renews a batch for at most this many leases. Every database and broker
+#: call has a deadline under a lease, so a live worker records a batch well within it; one
+#: still holding a batch then is stuck where no deadline reaches (a bug, a frozen thread), and
+#: its rows go back to the fleet one lease later instead of being renewed for ever. Above
+#: liveness's 2 leases (:data:`LIVENESS_LEASES`), so a probe restarts such a process first.
+HOLD_MAX_LEASES = 3.0
 #: A claim reads the lane of expired leases at most once per this share of the lease, and at
 #: least once a second (``relay.policy.LeaseSweep``): once a second at the default 30 s lease.
 SWEEP_SHARE_OF_LEASE = 1 / 30

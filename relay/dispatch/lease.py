@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from relay.config import timing
@@ -19,7 +20,10 @@ class LeaseKeeper:
 
     Started when the batch is claimed and stopped once its outcomes are recorded, so a live
     worker's lease never runs out under it however long the broker takes; a worker that is
-    paused or dead stops renewing and its rows become reclaimable after one lease.
+    paused or dead stops renewing and its rows become reclaimable after one lease. A worker
+    whose own thread is stuck while this one runs is given :data:`timing.HOLD_MAX_LEASES`
+    leases, then renewed no more (the chaos soak saw two relays hang for minutes on a silent
+    connection while their keepers kept their rows ``processing``).
     """
 
     def __init__(
@@ -46,7 +50,17 @@ class LeaseKeeper:
         self.stop()
 
     def _run(self) -> None:
+        until = time.monotonic() + self._lease * timing.HOLD_MAX_LEASES
         while not self._stop.wait(self._lease * timing.RENEW_SHARE_OF_LEASE):
+            if time.monotonic() >= until:
+                log.error(
+                    "batch of %d rows held for %.0fs without an outcome: renewing its lease no "
+                    "more, so other workers take the rows when it runs out (the worker is stuck; "
+                    "SIGUSR1 prints its stacks)",
+                    len(self._events),
+                    self._lease * timing.HOLD_MAX_LEASES,
+                )
+                return
             try:
                 held = self._store.renew(self._worker, self._events, self._lease)
             except StoreError as exc:
