@@ -49,7 +49,6 @@ def node_collector(node: RabbitNode, exchange_name: str) -> Iterator[Collector]:
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.timeout(300)
 def test_a_memory_alarm_loses_nothing_sigterm_exits_and_delivery_resumes(
     pg_url: str,

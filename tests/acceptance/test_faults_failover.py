@@ -148,7 +148,6 @@ def _fail_over_and_audit(
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_failover_loses_nothing_and_delivery_resumes(
@@ -194,7 +193,6 @@ def test_failover_loses_nothing_and_delivery_resumes(
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_failover_through_a_celery_fleet_loses_nothing(

@@ -44,7 +44,6 @@ def test_connection_options_bound_every_call() -> None:
     assert long["transport_options"]["write_timeout"] == 5.0
 
 
-@pytest.mark.serial
 @pytest.mark.timeout(120)
 def test_a_blocked_broker_pauses_publishing_and_the_unblock_resumes_it(
     node: RabbitNode, exchange_name: str
