@@ -14,16 +14,27 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--once", action="store_true", help="drain once and exit")
     mode.add_argument("--loop", action="store_true", help="drain until SIGTERM/SIGINT")
     p.add_argument(
+        "--process-per-database",
+        action="store_true",
+        help="RELAY_DATABASES: a child process per database (each with its own connections) "
+        "instead of one process within RELAY_MAX_CONNECTIONS",
+    )
+    p.add_argument(
         "--heartbeat-file",
         help="--loop: touch this file on every pass (for `relay probe live`)",
     )
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    if settings.databases is not None:  # RELAY_DATABASES: a relay thread per database
+    if settings.databases is not None and args.process_per_database:
         from relay.dispatch import fleet
 
         fleet.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
+        return 0
+    if settings.databases is not None:  # RELAY_DATABASES: one process within the budget
+        from relay.dispatch import tenants
+
+        tenants.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
         return 0
     from relay.dispatch import runner
 

@@ -13,6 +13,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from relay.config.database_list import DEFAULT_NAME, VARIABLE, Database, parse
+from relay.config.database_list import check as check_list
 from relay.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -62,6 +63,29 @@ def each(settings: Settings) -> tuple[tuple[str, Settings], ...]:
         return ((DEFAULT_NAME, settings),)
     alone = len(found) == 1
     return tuple((d.name, for_database(settings, d, alone=alone)) for d in found)
+
+
+def check_settings(settings: Settings) -> None:
+    """Refuse a bad ``RELAY_DATABASES`` (:func:`relay.config.database_list.check`) or a bad
+    connection budget (:func:`budget`); called when :class:`Settings` is built."""
+    check_list(settings.databases, settings.database_url, settings._is_set("database_url"))
+    budget(settings)
+
+
+def budget(settings: Settings) -> tuple[int, int]:
+    """The connection budget of one process over several databases: ``RELAY_MAX_CONNECTIONS``
+    in all and ``RELAY_MAX_SERVER_CONNECTIONS`` per server (default: the total). Two at least:
+    a PostgreSQL server's wake-up takes one, and a database needs one to be relayed."""
+    total, per_server = settings.max_connections, settings.max_server_connections
+    if total < 2:
+        raise ConfigError(f"RELAY_MAX_CONNECTIONS={total!r} must be >= 2")
+    if per_server is None:
+        return total, total
+    if not 2 <= per_server <= total:
+        raise ConfigError(
+            f"RELAY_MAX_SERVER_CONNECTIONS={per_server!r} must be 2..RELAY_MAX_CONNECTIONS={total}"
+        )
+    return total, per_server
 
 
 def pick(settings: Settings, name: str | None, *, option: str = "--source") -> tuple[str, Settings]:

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from relay.config import database_list, retention, timing
+from relay.config import databases, retention, timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
 from relay.config.urls import redact
 
@@ -108,6 +108,10 @@ class Settings:
     source: str | None = None
     #: Several outbox databases, ``name=URL,...`` (``relay.config.databases``); None: one.
     databases: str | None = None
+    #: Several databases: most connections ``relay dispatch`` holds in all (wake-ups included).
+    max_connections: int = 10
+    #: Several databases: most of those to one server (host:port); None: ``max_connections``.
+    max_server_connections: int | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -252,7 +256,7 @@ class Settings:
                 "must be a URI-reference (printable, no spaces)",
             )
         self._validate_console()
-        database_list.check(self.databases, self.database_url, self._is_set("database_url"))
+        databases.check_settings(self)
         for name, url in (
             ("RELAY_DATABASE_URL", self.database_url),
             ("RELAY_BROKER_URL", self.broker_url),

@@ -65,7 +65,11 @@ class Supervisors:
         log = (self.log_dir / f"fleet-{len(self.procs)}.log").open("wb")
         self._logs.append(log)
         proc = subprocess.Popen(
-            [RELAY_BIN, "dispatch", "--loop"], env=self.env, stdout=log, stderr=log
+            # The supervisor of a child process per database, whose children the test kills.
+            [RELAY_BIN, "dispatch", "--loop", "--process-per-database"],
+            env=self.env,
+            stdout=log,
+            stderr=log,
         )
         self.procs.append(proc)
         return proc

@@ -101,7 +101,8 @@ def test_the_supervisor_passes_sigusr1_on_to_each_databases_relay(
         log.open("wb") as out,
     ):
         env = _env(amqp_url, exchange_name, DATABASES=f"a={a},b={b}")
-        proc = subprocess.Popen([RELAY_BIN, "dispatch", "--loop"], env=env, stdout=out, stderr=out)
+        argv = [RELAY_BIN, "dispatch", "--loop", "--process-per-database"]
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
         try:
             # Each database's relay sets its dump first thing, then logs "relay <id> starting:"
             # (the supervisor's own line reads "relay fleet starting over").

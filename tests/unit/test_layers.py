@@ -25,6 +25,7 @@ def _loaded_after_import(module: str) -> set[str]:
     [
         ("relay.policy", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.ordering", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
+        ("relay.dispatch.schedule", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
         ("relay.store.dispatch", {"kombu", "celery", "amqp"}),

@@ -260,6 +260,15 @@ class PostgresDialect(Dialect):
             "CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS xmin"
         )
 
+    def databases_inserted(self) -> TextClause:
+        """Rows inserted so far in each database named in ``:names``, from the server's
+        statistics: one statement on one connection sees every database of the server, the
+        many-databases wake-up (:mod:`relay.store.serverstats`)."""
+        return sa.text(
+            "SELECT datname, tup_inserted FROM pg_catalog.pg_stat_database "
+            "WHERE datname = ANY(:names)"
+        )
+
     def new_xact_id(self) -> TextClause:
         """A new transaction id, the wake-up's horizon: every transaction with one is older.
 

@@ -1,0 +1,107 @@
+"""The many-databases wake-up: one watcher per PostgreSQL *server*, not per database.
+
+Every ``RELAY_POLL_FLOOR_SECONDS`` it reads how many rows each of the server's relayed
+databases has inserted (:class:`relay.store.serverstats.ServerStats`, one statement on one
+connection) and wakes the databases whose count moved; the scheduler then claims there only.
+A count moves late when the writer's session reported its statistics less than a second
+before (PostgreSQL reports then within 10 s), so the scheduler also polls the databases busy
+lately (:mod:`relay.dispatch.schedule`). When the watcher loses its server it wakes every
+database (rows may have come meanwhile) and looks again with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from relay.config import Settings, timing
+from relay.config.urls import redact
+from relay.dispatch.watch import supports
+from relay.exceptions import StoreError
+from relay.policy import Backoff
+from relay.store.engine import create_engine
+from relay.store.serverstats import ServerStats, changed
+
+log = logging.getLogger(__name__)
+
+
+def watchable(settings: Settings, urls: Mapping[str, Any]) -> dict[str, Any]:
+    """The databases a server watch can see: PostgreSQL ones, with ``RELAY_NOTIFY`` on."""
+    if not settings.notify:
+        return {}
+    return {name: url for name, url in urls.items() if supports(str(url))}
+
+
+class ServerWatch:
+    """Watches one server's databases (``datnames``: database name -> relay name) in a daemon
+    thread, calling ``on_wake`` with the relay names of those that inserted rows, or with
+    ``()`` when it cannot tell (it lost the server)."""
+
+    def __init__(
+        self,
+        server: str,
+        url: Any,
+        datnames: Mapping[str, str],
+        on_wake: Callable[[tuple[str, ...]], None],
+        floor: float = 0.025,
+    ) -> None:
+        self.server, self.datnames, self.on_wake, self.floor = (
+            server,
+            dict(datnames),
+            on_wake,
+            floor,
+        )
+        engine = create_engine(url.render_as_string(hide_password=False))
+        self.stats = ServerStats(engine, list(self.datnames))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Holds its one connection to the server.
+        self.connected = False
+        #: Looks so far, and wake-ups sent.
+        self.looks = self.woken = 0
+
+    def start(self) -> ServerWatch:
+        self._thread = threading.Thread(target=self._run, name="relay-server-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.stats.close()
+        self.connected = False
+
+    def _run(self) -> None:
+        backoff = Backoff(timing.WATCH_RETRY_FIRST_SECONDS, timing.WATCH_RETRY_MAX_SECONDS)
+        before: dict[str, int] | None = None
+        wait = 0.0
+        while not self._stop.wait(wait):
+            try:
+                now = self.stats.inserted()
+            except StoreError as exc:
+                self.connected = False
+                wait = backoff.next()
+                if before is not None:
+                    log.warning(
+                        "relay wake-up lost server %s, looking again in %.1fs: %s",
+                        redact(self.server),
+                        wait,
+                        exc,
+                    )
+                    self.on_wake(())
+                before = None
+                continue
+            self.connected = True
+            self.looks += 1
+            backoff.reset()
+            if before is None:
+                self.on_wake(())  # back (or first): rows may have come while it looked away
+            else:
+                moved = tuple(self.datnames[d] for d in changed(before, now) if d in self.datnames)
+                if moved:
+                    self.woken += 1
+                    self.on_wake(moved)
+            before, wait = now, self.floor

@@ -1,0 +1,394 @@
+"""``relay dispatch --once|--loop`` over many outbox databases (``RELAY_DATABASES``) in ONE
+process, within a connection budget (``RELAY_MAX_CONNECTIONS``, ``RELAY_MAX_SERVER_CONNECTIONS``).
+
+Each database keeps its own dispatcher: its store, its leases (its own lease domain), its
+circuit breaker and its retries. What they share is a few worker threads, each with one broker
+connection, and the budget: a database holds a connection only while a worker runs a unit of
+work for it (a short drain, :data:`QUANTUM_SECONDS`) and, while it has rows left, parked
+between its units; an idle database holds none. :class:`relay.dispatch.schedule.Schedule`
+(pure) decides which database runs next (the least served, so a million-row backlog cannot
+starve a quiet database), when an idle one is looked at again, and whose parked connection is
+closed when another needs the slot. Wake-ups cost one connection per PostgreSQL *server*
+(:class:`ServerWatch`, reading which databases inserted rows), not one per database.
+
+Why this answers what :mod:`relay.dispatch.fleet` measured: a turn-taking loop made a quiet
+database wait for the busy one's whole drain (seconds) and a database that was down stalled
+every turn; here the busy database runs on one worker at a time in units of one or two
+batches while the other workers serve the rest, and a database that is down fails its own
+unit within its connect deadline and rests on its own backoff. Threads do share the
+interpreter lock, which costs the quiet database a switch interval per round trip: the bench
+(``python -m bench --only tenants``, docs/benchmarks.md) measures its p99 beside a noisy one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import make_url
+
+from relay import publishers
+from relay.config import Settings, timing
+from relay.config.databases import budget, each
+from relay.dispatch import runner
+from relay.dispatch.dispatcher import Dispatcher, Report
+from relay.dispatch.purger import Purger
+from relay.dispatch.schedule import Schedule, Tenant, Unit
+from relay.exceptions import ConfigError, RelayError, StoreError
+from relay.policy import Backoff
+from relay.publishers import Publisher
+from relay.store.dispatch import DispatchStore
+from relay.store.engine import normalize_url
+from relay.store.retention import RetentionStore
+
+log = logging.getLogger("relay")
+
+#: A unit of work: one drain of at most this long (its first batch always, then more while
+#: time is left), after which the database goes back behind the less-served ones.
+QUANTUM_SECONDS = 0.25
+#: The longest a purge runs inside one unit; a purge that did not catch up goes on next unit.
+PURGE_QUANTUM_SECONDS = 1.0
+#: The databases' first purges are spread over this long after the start.
+FIRST_PURGES_SECONDS = 60.0
+#: The scheduler looks at its queue at least this often (the heartbeat's pace).
+TICK_SECONDS = 0.5
+#: A database whose unit failed for a reason retrying cannot mend (no outbox table, a
+#: permission) is tried again this rarely, logged each time.
+BROKEN_REST_SECONDS = 60.0
+
+
+def server_of(url: Any) -> str:
+    """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
+    if url.get_backend_name() == "sqlite":
+        return f"sqlite:{url.database}"
+    return f"{url.host or 'localhost'}:{url.port or ''}"
+
+
+@dataclass
+class Database:
+    """One database's relay parts, built when first needed, its connection closed when idle."""
+
+    name: str
+    settings: Settings
+    dispatcher: Dispatcher | None = None
+    store: DispatchStore | None = None
+    purger: Purger | None = None
+    purge_at: float = 0.0
+    backoff: Backoff = field(
+        default_factory=lambda: Backoff(
+            timing.DATABASE_RETRY_FIRST_SECONDS, timing.DATABASE_RETRY_MAX_SECONDS
+        )
+    )
+    failed: bool = False
+
+    def relay(self, publisher: Publisher, observer: Any) -> Dispatcher:
+        if self.dispatcher is None:
+            # One connection at most: the budget counts a database as one slot. The drain's
+            # database thread, the lease keeper and the recheck take turns on it (each holds
+            # it for one short transaction), and a turn never waits longer than a lease share.
+            store = self.store = DispatchStore.from_settings(
+                self.settings,
+                pool_size=1,
+                max_overflow=0,
+                pool_timeout=self.settings.lease_seconds * timing.RENEW_SHARE_OF_LEASE,
+            )
+            self.dispatcher = Dispatcher(store, publisher, self.settings, observer=observer)
+        self.dispatcher.publisher = publisher
+        return self.dispatcher
+
+    def close_connection(self) -> None:
+        """Close the connection (and the drain's database thread) until the next unit."""
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+        if self.store is not None:
+            self.store.engine.dispose()
+
+    def purge(self, stop: threading.Event, holder: str) -> None:
+        if self.store is None:
+            return
+        if self.purger is None:
+            store = RetentionStore(self.store.engine)
+            self.purger = Purger(store, self.settings.retention_seconds, holder)
+        run = self.purger.run(budget_seconds=PURGE_QUANTUM_SECONDS, stop=stop)
+        caught_up = run.skipped or run.behind == 0
+        self.purge_at = time.monotonic() + (
+            self.settings.purge_interval_seconds if caught_up else QUANTUM_SECONDS
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A worker's word back to the scheduler."""
+
+    name: str
+    unit: Unit | None
+    started: float
+    report: Report | None = None
+    error: BaseException | None = None
+
+
+class Tenants:
+    """The scheduler, its workers and its wake-ups; :func:`run` drives it."""
+
+    def __init__(self, settings: Settings, *, once: bool = False) -> None:
+        self.settings, self.once = settings, once
+        self.databases = {name: Database(name, s) for name, s in each(settings)}
+        self.observer = runner.observer(settings)
+        urls = {
+            name: make_url(normalize_url(db.settings.database_url))
+            for name, db in self.databases.items()
+        }
+        servers = {name: server_of(url) for name, url in urls.items()}
+        from relay.dispatch.serverwatch import ServerWatch, watchable
+
+        watched = {} if once else watchable(self.settings, urls)
+        self.watches = [
+            ServerWatch(
+                server,
+                urls[names[0]],
+                {str(urls[n].database): n for n in names},
+                self.wake,
+                settings.poll_floor_seconds,
+            )
+            for server, names in _by_server(watched, servers).items()
+        ]
+        total, per_server = budget(settings)
+        slots = total - len(self.watches)
+        if slots < 1 or (per_server - 1 < 1 and self.watches):
+            raise ConfigError(
+                f"RELAY_MAX_CONNECTIONS={total} leaves no connection to dispatch with: the "
+                f"wake-up takes one per PostgreSQL server ({len(self.watches)}); allow at "
+                f"least {len(self.watches) + 1}, or set RELAY_NOTIFY=0"
+            )
+        # A watched server's own slot comes out of its share too.
+        self.schedule = Schedule(slots, per_server - (1 if self.watches else 0))
+        now = time.monotonic()
+        for i, (name, db) in enumerate(self.databases.items()):
+            s = db.settings
+            # The first purges spread over a minute, not all at the first idle moment.
+            db.purge_at = now + min(s.purge_interval_seconds, FIRST_PURGES_SECONDS) * i / len(
+                self.databases
+            )
+            self.schedule.add(
+                name,
+                servers[name],
+                s.poll_floor_seconds,
+                s.idle_poll_seconds if name not in watched else s.tick_seconds,
+                now,
+                watched=name in watched,
+            )
+        self.workers = min(slots, len(self.databases))
+        self.stop = threading.Event()
+        self._events: queue.Queue[Done | tuple[str, ...]] = queue.Queue()
+        self._jobs: queue.Queue[str | None] = queue.Queue()
+        self._started: dict[str, float] = {}
+        self.report = Report()
+        self.failures: list[str] = []
+
+    # -- wake-ups ---------------------------------------------------------------------------
+    def wake(self, names: tuple[str, ...]) -> None:
+        """From a watcher's thread: rows were inserted in ``names`` (empty: perhaps anywhere)."""
+        self._events.put(names)
+
+    # -- the budget as the metrics and the doctor read it -----------------------------------
+    def budget(self) -> dict[str, int]:
+        """The connection budget now: slots, connections held, databases waiting."""
+        now = time.monotonic()
+        return {
+            "budget": self.settings.max_connections,
+            "in_use": self.schedule.in_use() + sum(w.connected for w in self.watches),
+            "waiting": self.schedule.waiting(now),
+            "databases": len(self.databases),
+        }
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, beat: Callable[[], None] | None = None) -> Report:
+        threads = [
+            threading.Thread(target=self._work, name=f"relay-tenant-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for t in threads:
+            t.start()
+        for w in self.watches:
+            w.start()
+        idle = self.workers
+        remaining = set(self.databases)
+        try:
+            while not self.stop.is_set() and (remaining or not self.once):
+                if beat is not None:
+                    beat()
+                idle += self._settle(remaining)
+                idle -= self._dispatch(idle)
+                self._wait()
+        finally:
+            for w in self.watches:
+                w.stop()
+            self.stop.set()
+            for _ in threads:
+                self._jobs.put(None)
+            deadline = time.monotonic() + self.settings.lease_seconds
+            for t in threads:
+                t.join(max(0.1, deadline - time.monotonic()))
+            for db in self.databases.values():
+                db.close_connection()
+                if db.store is not None:
+                    db.store.dispose()
+                if db.purger is not None:
+                    db.purger.close()
+        return self.report
+
+    def _wait(self) -> None:
+        due = self.schedule.next_due()
+        wait = TICK_SECONDS if due is None else due - time.monotonic()
+        try:
+            item = self._events.get(timeout=min(TICK_SECONDS, max(0.0, wait)))
+        except queue.Empty:
+            return
+        self._events.put(item)  # settled on the next pass, with whatever else came
+
+    def _settle(self, remaining: set[str]) -> int:
+        """Take in the workers' results and the wake-ups; returns the workers freed."""
+        freed = 0
+        now = time.monotonic()
+        while True:
+            try:
+                item = self._events.get_nowait()
+            except queue.Empty:
+                return freed
+            if isinstance(item, tuple):
+                if item:
+                    self.schedule.wake(item, now)
+                else:
+                    self.schedule.wake_all(now)
+                continue
+            freed += 1
+            tenant = self.schedule.tenants[item.name]
+            db = self.databases[item.name]
+            if item.report is not None:
+                self.report.add(item.report)
+            if item.unit is None:  # the unit failed
+                rest = BROKEN_REST_SECONDS if db.failed else db.backoff.next()
+                self.schedule.failed(tenant, rest, now)
+                self._close(tenant)
+                if self.once:
+                    self.failures.append(item.name)
+                    remaining.discard(item.name)
+                continue
+            db.backoff.reset()
+            keep = self.schedule.finish(tenant, item.unit, item.started, now)
+            if not keep:
+                self._close(tenant)
+            if self.once and item.unit.drained and not item.unit.claimed:
+                remaining.discard(item.name)
+                tenant.due_at = float("inf")
+
+    def _dispatch(self, idle: int) -> int:
+        """Hand due databases to idle workers, within the budget; returns how many."""
+        handed = 0
+        for tenant in self.schedule.ready(time.monotonic()):
+            if handed >= idle:
+                break
+            slot = self.schedule.evictable(tenant)
+            if slot is None:
+                continue  # waiting for a connection
+            if isinstance(slot, Tenant):
+                self._close(slot)
+            self.schedule.start(tenant)
+            self._jobs.put(tenant.name)
+            handed += 1
+        return handed
+
+    def _close(self, tenant: Tenant) -> None:
+        if tenant.holding:
+            self.databases[tenant.name].close_connection()
+            self.schedule.release(tenant)
+
+    def _work(self) -> None:
+        publisher = publishers.for_url(
+            self.settings.events_connection_url,
+            self.settings.exchange,
+            confirm_timeout=self.settings.confirm_timeout_seconds,
+        )
+        try:
+            while True:
+                name = self._jobs.get()
+                if name is None:
+                    return
+                self._events.put(self._unit(name, publisher))
+        finally:
+            publisher.close()
+
+    def _unit(self, name: str, publisher: Publisher) -> Done:
+        db = self.databases[name]
+        started = time.monotonic()
+        try:
+            relay = db.relay(publisher, self.observer)
+            report = relay.drain(budget_seconds=QUANTUM_SECONDS, stop=self.stop)
+            if report.drained and time.monotonic() >= db.purge_at and not self.once:
+                db.purge(self.stop, relay.worker_id)
+        except StoreError as exc:
+            db.failed = not exc.retryable
+            log.warning("database %r unavailable, resting: %s", name, exc)
+            return Done(name, None, started, error=exc)
+        except RelayError as exc:
+            db.failed = True
+            log.error("database %r failed its unit: %s", name, exc)
+            return Done(name, None, started, error=exc)
+        except Exception as exc:  # a bug: that database rests, the others go on
+            db.failed = True
+            log.exception("database %r failed its unit", name)
+            return Done(name, None, started, error=exc)
+        db.failed = False
+        rest = 0.0
+        if report.broker_error:
+            rest = max(relay.breaker.remaining(relay.clock()), timing.BROKER_REST_MIN_SECONDS)
+        unit = Unit(claimed=report.claimed, drained=report.drained, rest=rest)
+        return Done(name, unit, started, report=report)
+
+
+def _by_server(watched: dict[str, Any], servers: dict[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for name in watched:
+        grouped.setdefault(servers[name], []).append(name)
+    return grouped
+
+
+def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
+    """Every configured database relayed by this one process until all drained (``once``) or
+    SIGTERM/SIGINT. Raises ``SystemExit(1)`` in ``once`` mode when a database failed."""
+    runner.dump_stacks_on(signal.SIGUSR1)
+    tenants = Tenants(settings, once=once)
+    log.info(
+        "relay starting over %d databases in one process, %d connections at most "
+        "(%d workers, %d wake-up connections): %s",
+        len(tenants.databases),
+        settings.max_connections,
+        tenants.workers,
+        len(tenants.watches),
+        settings.describe(),
+    )
+
+    def on_signal(*_: object) -> None:
+        tenants.stop.set()
+        tenants.wake(("",))
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if settings.metrics_port is not None and not once:
+        from relay.observe import budget
+
+        budget.serve(settings.metrics_port, tenants.budget)
+    try:
+        report = tenants.run(runner.heartbeat(heartbeat_file))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("relay over %d databases done: %s", len(tenants.databases), report)
+    if tenants.failures:
+        raise SystemExit(1)
+    return report
