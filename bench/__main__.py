@@ -30,6 +30,7 @@ from bench import (
     report,
     retention,
     services,
+    tenants,
     throughput,
     versus,
     writers,
@@ -107,6 +108,12 @@ class Plan:
     fairness_rate: float = 20.0
     fairness_seconds: float = 8.0
     fairness_processes: list[int] = field(default_factory=lambda: [1, 2])
+    #: bench.tenants: database counts, events per database, trickle seconds, and the noisy
+    #: tenant's backlog beside the largest count.
+    tenants_counts: list[int] = field(default_factory=lambda: [10, 100, 200])
+    tenants_backlog: int = 100
+    tenants_trickle_seconds: float = 10.0
+    tenants_noisy: int = 200_000
     #: bench.retention: minutes of each sustained run, the catch-up's backlog of sent rows past
     #: the retention, and the producer's rate (``--minutes``, ``--backlog``, ``--rate``).
     retention_minutes: float = 20.0
@@ -204,6 +211,9 @@ QUICK = Plan(
     fairness_backlog=60_000,
     fairness_seconds=3.0,
     fairness_processes=[1],
+    tenants_counts=[10, 20],
+    tenants_trickle_seconds=5.0,
+    tenants_noisy=30_000,
     producers_processes=[1],
     producers_seconds=0.5,
     retention_minutes=0.5,
@@ -269,6 +279,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     ),
     "fairness": lambda p: fairness.run(
         p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes
+    ),
+    "tenants": lambda p: tenants.run(
+        p.tenants_counts, p.tenants_backlog, p.tenants_trickle_seconds, p.tenants_noisy
     ),
     "producers": lambda p: producers.run(p.producers_processes, p.producers_seconds, p.reps),
     "retention": lambda p: retention.run(

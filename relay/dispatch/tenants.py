@@ -244,8 +244,11 @@ class Tenants:
         return self.report
 
     def _wait(self) -> None:
+        """Until a worker finishes, a wake-up comes or the next database is due; databases
+        already due but not handed out wait for a worker or a connection, so for an event."""
+        now = time.monotonic()
         due = self.schedule.next_due()
-        wait = TICK_SECONDS if due is None else due - time.monotonic()
+        wait = TICK_SECONDS if due is None or due <= now else due - now
         try:
             item = self._events.get(timeout=min(TICK_SECONDS, max(0.0, wait)))
         except queue.Empty:
