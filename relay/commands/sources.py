@@ -126,8 +126,10 @@ def doctor_checks(
         return run_checks(None, str(exc))
     if len(chosen) == 1:
         return run_checks(chosen[0][1], None)
+    from relay.commands import doctor_budget
+
     return [
         replace(c, name=f"{database}: {c.name}")
         for database, s in chosen
         for c in run_checks(s, None)
-    ]
+    ] + doctor_budget.checks(settings)

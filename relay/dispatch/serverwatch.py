@@ -26,6 +26,10 @@ from relay.store.serverstats import ServerStats, changed
 
 log = logging.getLogger(__name__)
 
+#: PostgreSQL's ``application_name`` of a many-databases relay's connections (its wake-ups'
+#: and its dispatchers'): what ``relay doctor`` counts on each server.
+APPLICATION_NAME = "relay"
+
 
 def watchable(settings: Settings, urls: Mapping[str, Any]) -> dict[str, Any]:
     """The databases a server watch can see: PostgreSQL ones, with ``RELAY_NOTIFY`` on."""
@@ -53,7 +57,10 @@ class ServerWatch:
             on_wake,
             floor,
         )
-        engine = create_engine(url.render_as_string(hide_password=False))
+        engine = create_engine(
+            url.render_as_string(hide_password=False),
+            connect_args={"application_name": APPLICATION_NAME},
+        )
         self.stats = ServerStats(engine, list(self.datnames))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -40,6 +40,8 @@ from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.dispatch.purger import Purger
 from relay.dispatch.schedule import Schedule, Tenant, Unit
+from relay.dispatch.serverwatch import APPLICATION_NAME, ServerWatch, watchable
+from relay.dispatch.watch import supports
 from relay.exceptions import ConfigError, RelayError, StoreError
 from relay.policy import Backoff
 from relay.publishers import Publisher
@@ -97,6 +99,7 @@ class Database:
                 pool_size=1,
                 max_overflow=0,
                 pool_timeout=self.settings.lease_seconds * timing.RENEW_SHARE_OF_LEASE,
+                **_named(self.settings.database_url),
             )
             self.dispatcher = Dispatcher(store, publisher, self.settings, observer=observer)
         self.dispatcher.publisher = publisher
@@ -145,8 +148,6 @@ class Tenants:
             for name, db in self.databases.items()
         }
         servers = {name: server_of(url) for name, url in urls.items()}
-        from relay.dispatch.serverwatch import ServerWatch, watchable
-
         watched = {} if once else watchable(self.settings, urls)
         self.watches = [
             ServerWatch(
@@ -353,6 +354,11 @@ class Tenants:
             rest = max(relay.breaker.remaining(relay.clock()), timing.BROKER_REST_MIN_SECONDS)
         unit = Unit(claimed=report.claimed, drained=report.drained, rest=rest)
         return Done(name, unit, started, report=report)
+
+
+def _named(url: str) -> dict[str, Any]:
+    """Engine arguments naming the relay to a PostgreSQL server (others keep their own)."""
+    return {"connect_args": {"application_name": APPLICATION_NAME}} if supports(url) else {}
 
 
 def _by_server(watched: dict[str, Any], servers: dict[str, str]) -> dict[str, list[str]]:

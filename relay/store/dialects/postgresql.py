@@ -283,6 +283,15 @@ class PostgresOperations(Operations):
         """``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off)."""
         return sa.text("SHOW idle_in_transaction_session_timeout")
 
+    def server_connections(self) -> TextClause:
+        """The server's ``max_connections``, the connections open now, and those of relay
+        processes over many databases (``application_name`` ``relay``): the doctor's budget."""
+        return sa.text(
+            "SELECT CAST(current_setting('max_connections') AS integer) AS max_connections, "
+            "count(*) AS open, count(*) FILTER (WHERE application_name = 'relay') AS relay "
+            "FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend'"
+        )
+
     def autovacuum_settings(self) -> TextClause:
         """Whether autovacuum can clean ``outbox``: the server's ``autovacuum`` and
         ``track_counts``, and the table's own ``autovacuum_enabled`` (NULL when not set)."""

@@ -366,6 +366,9 @@ SELECT seqcache FROM pg_catalog.pg_sequence WHERE seqrelid = CAST(%(sequence)s A
 -- sequence_look: One look of the wake-up: the id sequence's last value and the oldest running xact.
 SELECT pg_sequence_last_value(CAST(%(sequence)s AS regclass)) AS value, CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS xmin;
 
+-- server_connections: The server's ``max_connections``, the connections open now, and those of relay
+SELECT CAST(current_setting('max_connections') AS integer) AS max_connections, count(*) AS open, count(*) FILTER (WHERE application_name = 'relay') AS relay FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend';
+
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %(param_1)s::VARCHAR THEN %(param_2)s::INTEGER WHEN %(param_3)s::VARCHAR THEN %(param_4)s::INTEGER ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
 
