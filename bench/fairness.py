@@ -2,8 +2,8 @@
 quiet database's events while another database of the same fleet drains a large backlog,
 against the quiet database alone, same relay processes, same run.
 
-One ``relay dispatch --loop`` process (a relay thread per database, ``RELAY_DATABASES``) over
-two PostgreSQL databases, ``busy`` and ``quiet``, at the defaults (the wake-up on). A producer
+``relay dispatch --loop`` (one process over both databases within its connection budget,
+``RELAY_DATABASES``; :mod:`relay.dispatch.tenants`) over two PostgreSQL databases, ``busy`` and ``quiet``, at the defaults (the wake-up on). A producer
 commits one ``quiet.tick`` row every ``1/rate`` s into ``quiet``, noting ``time.monotonic()``
 just before each COMMIT; a consumer bound to ``quiet.#`` notes each arrival on the same clock.
 Phase "alone": ``busy`` is empty. Phase "beside a backlog": ``backlog`` rows are committed into
@@ -100,6 +100,7 @@ def measure(
         "rate": rate,
         "seconds": seconds,
         "processes": processes,
+        "mode": "one process over both databases",
         "quiet_alone": a,
         "quiet_beside_backlog": b,
         "p99_ratio": ratio(b["p99_ms"], a["p99_ms"]),
