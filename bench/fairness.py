@@ -3,12 +3,13 @@ quiet database's events while another database of the same fleet drains a large 
 against the quiet database alone, same relay processes, same run.
 
 ``relay dispatch --loop`` (one process over both databases within its connection budget,
-``RELAY_DATABASES``; :mod:`relay.dispatch.tenants`) over two PostgreSQL databases, ``busy`` and ``quiet``, at the defaults (the wake-up on). A producer
-commits one ``quiet.tick`` row every ``1/rate`` s into ``quiet``, noting ``time.monotonic()``
-just before each COMMIT; a consumer bound to ``quiet.#`` notes each arrival on the same clock.
-Phase "alone": ``busy`` is empty. Phase "beside a backlog": ``backlog`` rows are committed into
-``busy`` at once, and the quiet producer runs while they drain (the busy database must still
-have rows left when the phase ends, or the phase did not overlap the drain: reported).
+``RELAY_DATABASES``; :mod:`relay.dispatch.tenants`) over two PostgreSQL databases, ``busy``
+and ``quiet``, at the defaults (the wake-up on). A producer commits one ``quiet.tick`` row
+every ``1/rate`` s into ``quiet``, noting ``time.monotonic()`` just before each COMMIT; a
+consumer bound to ``quiet.#`` notes each arrival on the same clock. Phase "alone": ``busy`` is
+empty. Phase "beside a backlog": ``backlog`` rows are committed into ``busy`` at once, and the
+quiet producer runs while they drain (the busy database must still have rows left when the
+phase ends, or the phase did not overlap the drain: reported).
 Every message also lands in a queue bound with ``#`` that nobody consumes, deleted at the end.
 """
 

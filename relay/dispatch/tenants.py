@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import make_url
@@ -37,92 +37,27 @@ from relay import publishers
 from relay.config import Settings, timing
 from relay.config.databases import budget, each
 from relay.dispatch import runner
-from relay.dispatch.dispatcher import Dispatcher, Report
-from relay.dispatch.purger import Purger
+from relay.dispatch.dispatcher import Report
 from relay.dispatch.schedule import Schedule, Tenant, Unit
-from relay.dispatch.serverwatch import APPLICATION_NAME, ServerWatch, watchable
-from relay.dispatch.watch import supports
+from relay.dispatch.serverwatch import ServerWatch, watchable
+from relay.dispatch.tenant import (
+    FIRST_PURGES_SECONDS,
+    QUANTUM_SECONDS,
+    Database,
+    polled_ceiling,
+    server_of,
+)
 from relay.exceptions import ConfigError, RelayError, StoreError
-from relay.policy import Backoff
 from relay.publishers import Publisher
-from relay.store.dispatch import DispatchStore
 from relay.store.engine import normalize_url
-from relay.store.retention import RetentionStore
 
 log = logging.getLogger("relay")
 
-#: A unit of work: one drain of at most this long (its first batch always, then more while
-#: time is left), after which the database goes back behind the less-served ones.
-QUANTUM_SECONDS = 0.25
-#: The longest a purge runs inside one unit; a purge that did not catch up goes on next unit.
-PURGE_QUANTUM_SECONDS = 1.0
-#: The databases' first purges are spread over this long after the start.
-FIRST_PURGES_SECONDS = 60.0
 #: The scheduler looks at its queue at least this often (the heartbeat's pace).
 TICK_SECONDS = 0.5
 #: A database whose unit failed for a reason retrying cannot mend (no outbox table, a
 #: permission) is tried again this rarely, logged each time.
 BROKEN_REST_SECONDS = 60.0
-
-
-def server_of(url: Any) -> str:
-    """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
-    if url.get_backend_name() == "sqlite":
-        return f"sqlite:{url.database}"
-    return f"{url.host or 'localhost'}:{url.port or ''}"
-
-
-@dataclass
-class Database:
-    """One database's relay parts, built when first needed, its connection closed when idle."""
-
-    name: str
-    settings: Settings
-    dispatcher: Dispatcher | None = None
-    store: DispatchStore | None = None
-    purger: Purger | None = None
-    purge_at: float = 0.0
-    backoff: Backoff = field(
-        default_factory=lambda: Backoff(
-            timing.DATABASE_RETRY_FIRST_SECONDS, timing.DATABASE_RETRY_MAX_SECONDS
-        )
-    )
-    failed: bool = False
-
-    def relay(self, publisher: Publisher, observer: Any) -> Dispatcher:
-        if self.dispatcher is None:
-            # One connection at most: the budget counts a database as one slot. The drain's
-            # database thread, the lease keeper and the recheck take turns on it (each holds
-            # it for one short transaction), and a turn never waits longer than a lease share.
-            store = self.store = DispatchStore.from_settings(
-                self.settings,
-                pool_size=1,
-                max_overflow=0,
-                pool_timeout=self.settings.lease_seconds * timing.RENEW_SHARE_OF_LEASE,
-                **_named(self.settings.database_url),
-            )
-            self.dispatcher = Dispatcher(store, publisher, self.settings, observer=observer)
-        self.dispatcher.publisher = publisher
-        return self.dispatcher
-
-    def close_connection(self) -> None:
-        """Close the connection (and the drain's database thread) until the next unit."""
-        if self.dispatcher is not None:
-            self.dispatcher.close()
-        if self.store is not None:
-            self.store.engine.dispose()
-
-    def purge(self, stop: threading.Event, holder: str) -> None:
-        if self.store is None:
-            return
-        if self.purger is None:
-            store = RetentionStore(self.store.engine)
-            self.purger = Purger(store, self.settings.retention_seconds, holder)
-        run = self.purger.run(budget_seconds=PURGE_QUANTUM_SECONDS, stop=stop)
-        caught_up = run.skipped or run.behind == 0
-        self.purge_at = time.monotonic() + (
-            self.settings.purge_interval_seconds if caught_up else QUANTUM_SECONDS
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +105,7 @@ class Tenants:
         # A watched server's own slot comes out of its share too.
         self.schedule = Schedule(slots, per_server - (1 if self.watches else 0))
         now = time.monotonic()
+        polled = len(self.databases) - len(watched)
         for i, (name, db) in enumerate(self.databases.items()):
             s = db.settings
             # The first purges spread over a minute, not all at the first idle moment.
@@ -180,7 +116,7 @@ class Tenants:
                 name,
                 servers[name],
                 s.poll_floor_seconds,
-                s.idle_poll_seconds if name not in watched else s.tick_seconds,
+                s.tick_seconds if name in watched else polled_ceiling(s, polled),
                 now,
                 watched=name in watched,
             )
@@ -208,6 +144,12 @@ class Tenants:
             "databases": len(self.databases),
         }
 
+    def hung(self) -> bool:
+        """A unit has run longer than a lease: every call in it has a shorter deadline, so it
+        is stuck, and liveness (``--heartbeat-file``) must say so."""
+        oldest = min(self._started.values(), default=None)
+        return oldest is not None and time.monotonic() - oldest > self.settings.lease_seconds
+
     # -- the loop ---------------------------------------------------------------------------
     def run(self, beat: Callable[[], None] | None = None) -> Report:
         threads = [
@@ -222,7 +164,7 @@ class Tenants:
         remaining = set(self.databases)
         try:
             while not self.stop.is_set() and (remaining or not self.once):
-                if beat is not None:
+                if beat is not None and not self.hung():
                     beat()
                 idle += self._settle(remaining)
                 idle -= self._dispatch(idle)
@@ -272,6 +214,7 @@ class Tenants:
                     self.schedule.wake_all(now)
                 continue
             freed += 1
+            self._started.pop(item.name, None)
             tenant = self.schedule.tenants[item.name]
             db = self.databases[item.name]
             if item.report is not None:
@@ -304,6 +247,7 @@ class Tenants:
             if isinstance(slot, Tenant):
                 self._close(slot)
             self.schedule.start(tenant)
+            self._started[tenant.name] = time.monotonic()
             self._jobs.put(tenant.name)
             handed += 1
         return handed
@@ -354,11 +298,6 @@ class Tenants:
             rest = max(relay.breaker.remaining(relay.clock()), timing.BROKER_REST_MIN_SECONDS)
         unit = Unit(claimed=report.claimed, drained=report.drained, rest=rest)
         return Done(name, unit, started, report=report)
-
-
-def _named(url: str) -> dict[str, Any]:
-    """Engine arguments naming the relay to a PostgreSQL server (others keep their own)."""
-    return {"connect_args": {"application_name": APPLICATION_NAME}} if supports(url) else {}
 
 
 def _by_server(watched: dict[str, Any], servers: dict[str, str]) -> dict[str, list[str]]:
