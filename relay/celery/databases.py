@@ -1,6 +1,6 @@
 """The Celery fleet over several outbox databases (``RELAY_DATABASES``): one
-:class:`~relay.celery.runtime.Runtime` per database in each worker process, and the tick that
-shares the fan-out between them.
+:class:`~relay.celery.runtime.Runtime` per database in each worker process (each on one
+connection, given back after each task), and the tick that shares the fan-out between them.
 
 A fleet tick does no claim of its own: it counts each database's claimable rows (a bounded
 count, the databases asked in parallel so one that is down costs only its own timeout) and
@@ -34,7 +34,7 @@ class Runtimes:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.several = several(settings)
-        self.by_name = {name: Runtime(s) for name, s in each(settings)}
+        self.by_name = {name: Runtime(s, one_connection=self.several) for name, s in each(settings)}
         self._turns = itertools.count()
 
     def __iter__(self) -> Iterator[tuple[str, Runtime]]:
@@ -88,7 +88,9 @@ def backlogs(runtimes: Runtimes, limit: int, timeout: float) -> dict[str, int]:
     that fails or does not answer within ``timeout`` counts as one row, so it still gets a
     task whose own claim reports (and retries) its outage."""
     found: dict[str, int] = {}
-    pool = ThreadPoolExecutor(max_workers=len(runtimes.by_name), thread_name_prefix="relay-count")
+    # At most RELAY_MAX_CONNECTIONS at once, each given back after its count.
+    most = min(len(runtimes.by_name), runtimes.settings.max_connections)
+    pool = ThreadPoolExecutor(max_workers=most, thread_name_prefix="relay-count")
     try:
         asked = {pool.submit(_beat_and_count, rt, limit): name for name, rt in runtimes}
         done, _ = wait(asked, timeout=timeout)
@@ -104,8 +106,11 @@ def backlogs(runtimes: Runtimes, limit: int, timeout: float) -> dict[str, int]:
 
 
 def _beat_and_count(runtime: Runtime, limit: int) -> int:
-    runtime.operations().beat(TICK)  # `relay doctor --source NAME` tells when beat last ticked
-    return runtime.store().backlog(limit)
+    try:
+        runtime.operations().beat(TICK)  # `relay doctor --source NAME`: when beat last ticked
+        return runtime.store().backlog(limit)
+    finally:
+        runtime.release()
 
 
 def fleet_tick(

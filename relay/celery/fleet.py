@@ -117,7 +117,10 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         report = Report()
         for rt in runtimes.chosen(source):
             if not rt.stopping.is_set():
-                _guarded(_drain_into(report, rt, budget), alone=not runtimes.several)
+                try:
+                    _guarded(_drain_into(report, rt, budget), alone=not runtimes.several)
+                finally:
+                    rt.release()  # over several databases: no connection held between tasks
         return _summary(report)
 
     @app.task(name=TICK, expires=s.tick_seconds, **common)
@@ -167,6 +170,8 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
                 if not runtimes.several:
                     raise
                 log.warning("purge of database %r failed, the next one retries: %s", name, exc)
+            finally:
+                rt.release()
         return deleted
 
     app.add_periodic_task(

@@ -18,8 +18,12 @@ from relay.store.retention import RetentionStore
 class Runtime:
     """One worker process's dispatcher: built on first use after fork, closed at shutdown."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, one_connection: bool = False) -> None:
         self.settings = settings
+        #: Over several databases: an engine of one connection, given back after each task
+        #: (:meth:`release`), so that a worker process holds none for a database it is not
+        #: relaying (docs/many-databases.md, "The connection budget").
+        self.one_connection = one_connection
         #: Set by a warm shutdown: drains stop after the batch in flight.
         self.stopping = threading.Event()
         self._dispatcher: Dispatcher | None = None
@@ -31,7 +35,8 @@ class Runtime:
         if self._pid != os.getpid():
             self.forget()
         if self._dispatcher is None:
-            self._store = DispatchStore.from_settings(self.settings)
+            pool = {"pool_size": 1, "max_overflow": 0} if self.one_connection else {}
+            self._store = DispatchStore.from_settings(self.settings, **pool)
             self._dispatcher = runner.dispatcher(self.settings, self._store)
             self._pid = os.getpid()
         return self._dispatcher
@@ -54,6 +59,16 @@ class Runtime:
         relay = self.dispatcher()
         store = RetentionStore(self.store().engine)
         return Purger(store, self.settings.retention_seconds, relay.worker_id)
+
+    def release(self) -> None:
+        """Over several databases, after a task: close this database's connection (and the
+        drain's database thread); the dispatcher, its breaker and its retries stay."""
+        if not self.one_connection or self._pid != os.getpid():
+            return
+        if self._dispatcher is not None:
+            self._dispatcher.close()
+        if self._store is not None:
+            self._store.engine.dispose()
 
     def forget(self, *_: Any, **__: Any) -> None:
         """After fork: drop what the parent built without closing it (its sockets are shared)."""

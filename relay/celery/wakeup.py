@@ -124,8 +124,10 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
     :class:`relay.dispatch.watch.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
     or when it cannot read the outbox id sequence, a :class:`relay.dispatch.watch.Poller` looks
-    for claimable rows adaptively, floor to tick. A second beat by mistake watches too: its
-    wake-ups are as harmless as its ticks."""
+    for claimable rows adaptively, floor to tick. Over several databases, one
+    :class:`relay.dispatch.serverwatch.ServerWatch` per PostgreSQL server (one connection each)
+    wakes the databases that took rows. A second beat by mistake watches too: its wake-ups are
+    as harmless as its ticks."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
@@ -137,10 +139,22 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
             waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
             runner.watcher(settings, waker)
             return
-        # One watcher per database, each waking its own database's drain; a queued task of
-        # another database drains nothing of this one, so no one_queued here.
-        for name, s in each(settings):
-            runner.watcher(s, Waker(app, s, min_interval=s.poll_floor_seconds, source=name))
+        # One watcher per PostgreSQL *server* (not per database), waking each database's own
+        # drain; a queued task of another database drains nothing of this one, so no
+        # one_queued here. The other databases are the tick's to count (every tick).
+        from relay.dispatch.serverwatch import server_watches
+
+        wakers = {
+            name: Waker(app, s, min_interval=s.poll_floor_seconds, source=name)
+            for name, s in each(settings)
+        }
+
+        def wake(names: tuple[str, ...]) -> None:
+            for name in names or tuple(wakers):
+                wakers[name]()
+
+        for watch in server_watches(settings, wake):
+            watch.start()
 
     return start
 

@@ -29,7 +29,7 @@ def checks(settings: Settings) -> list[Check]:
         total, per_server = budget(settings)
     except ConfigError as exc:
         return [Check("connection budget", FAIL, str(exc), "correct the variable named")]
-    from relay.dispatch.tenant import server_of
+    from relay.dispatch.serverwatch import server_of
     from relay.store.engine import normalize_url
 
     servers: dict[str, list[tuple[str, sa.URL]]] = defaultdict(list)

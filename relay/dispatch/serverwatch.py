@@ -16,12 +16,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sqlalchemy import make_url
+
 from relay.config import Settings, timing
+from relay.config.databases import each
 from relay.config.urls import redact
-from relay.dispatch.watch import supports
 from relay.exceptions import StoreError
 from relay.policy import Backoff
-from relay.store.engine import create_engine
+from relay.store.engine import create_engine, normalize_url
 from relay.store.serverstats import ServerStats, changed
 
 log = logging.getLogger(__name__)
@@ -31,11 +33,39 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME = "relay"
 
 
-def watchable(settings: Settings, urls: Mapping[str, Any]) -> dict[str, Any]:
-    """The databases a server watch can see: PostgreSQL ones, with ``RELAY_NOTIFY`` on."""
+def server_of(url: Any) -> str:
+    """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
+    if url.get_backend_name() == "sqlite":
+        return f"sqlite:{url.database}"
+    return f"{url.host or 'localhost'}:{url.port or ''}"
+
+
+def database_urls(settings: Settings) -> dict[str, Any]:
+    """Each configured database's SQLAlchemy URL, by name."""
+    return {name: make_url(normalize_url(s.database_url)) for name, s in each(settings)}
+
+
+def server_watches(
+    settings: Settings, on_wake: Callable[[tuple[str, ...]], None]
+) -> list[ServerWatch]:
+    """One :class:`ServerWatch` (not started) per PostgreSQL server among the configured
+    databases, with ``RELAY_NOTIFY`` on; none otherwise."""
     if not settings.notify:
-        return {}
-    return {name: url for name, url in urls.items() if supports(str(url))}
+        return []
+    grouped: dict[str, list[tuple[str, Any]]] = {}
+    for name, url in database_urls(settings).items():
+        if url.get_backend_name() == "postgresql":
+            grouped.setdefault(server_of(url), []).append((name, url))
+    return [
+        ServerWatch(
+            server,
+            dbs[0][1],
+            {str(url.database): name for name, url in dbs},
+            on_wake,
+            settings.poll_floor_seconds,
+        )
+        for server, dbs in grouped.items()
+    ]
 
 
 class ServerWatch:

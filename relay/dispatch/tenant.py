@@ -42,13 +42,6 @@ def polled_ceiling(settings: Settings, polled: int) -> float:
     return max(settings.idle_poll_seconds, polled / POLLED_LOOKS_PER_SECOND)
 
 
-def server_of(url: Any) -> str:
-    """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
-    if url.get_backend_name() == "sqlite":
-        return f"sqlite:{url.database}"
-    return f"{url.host or 'localhost'}:{url.port or ''}"
-
-
 @dataclass
 class Database:
     """One database's relay parts, built when first needed, its connection closed when idle."""

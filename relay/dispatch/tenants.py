@@ -29,9 +29,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import make_url
 
 from relay import publishers
 from relay.config import Settings, timing
@@ -39,17 +36,15 @@ from relay.config.databases import budget, each
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
 from relay.dispatch.schedule import Schedule, Tenant, Unit
-from relay.dispatch.serverwatch import ServerWatch, watchable
+from relay.dispatch.serverwatch import database_urls, server_of, server_watches
 from relay.dispatch.tenant import (
     FIRST_PURGES_SECONDS,
     QUANTUM_SECONDS,
     Database,
     polled_ceiling,
-    server_of,
 )
 from relay.exceptions import ConfigError, RelayError, StoreError
 from relay.publishers import Publisher
-from relay.store.engine import normalize_url
 
 log = logging.getLogger("relay")
 
@@ -78,22 +73,9 @@ class Tenants:
         self.settings, self.once = settings, once
         self.databases = {name: Database(name, s) for name, s in each(settings)}
         self.observer = runner.observer(settings)
-        urls = {
-            name: make_url(normalize_url(db.settings.database_url))
-            for name, db in self.databases.items()
-        }
-        servers = {name: server_of(url) for name, url in urls.items()}
-        watched = {} if once else watchable(self.settings, urls)
-        self.watches = [
-            ServerWatch(
-                server,
-                urls[names[0]],
-                {str(urls[n].database): n for n in names},
-                self.wake,
-                settings.poll_floor_seconds,
-            )
-            for server, names in _by_server(watched, servers).items()
-        ]
+        self.watches = [] if once else server_watches(settings, self.wake)
+        watched = {name for w in self.watches for name in w.datnames.values()}
+        servers = {name: server_of(url) for name, url in database_urls(settings).items()}
         total, per_server = budget(settings)
         slots = total - len(self.watches)
         if slots < 1 or (per_server - 1 < 1 and self.watches):
@@ -298,13 +280,6 @@ class Tenants:
             rest = max(relay.breaker.remaining(relay.clock()), timing.BROKER_REST_MIN_SECONDS)
         unit = Unit(claimed=report.claimed, drained=report.drained, rest=rest)
         return Done(name, unit, started, report=report)
-
-
-def _by_server(watched: dict[str, Any], servers: dict[str, str]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = {}
-    for name in watched:
-        grouped.setdefault(servers[name], []).append(name)
-    return grouped
 
 
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
