@@ -87,8 +87,8 @@ def _engine(url: str) -> sa.Engine:
 class Sampler:
     """The relay's RSS and its connections to the tenant databases, every 0.25 s."""
 
-    def __init__(self, pid: int, datnames: Sequence[str], admin_url: str) -> None:
-        self.pid, self.datnames = pid, list(datnames)
+    def __init__(self, pids: Sequence[int], datnames: Sequence[str], admin_url: str) -> None:
+        self.pids, self.datnames = list(pids), list(datnames)
         self.admin = sa.create_engine(
             admin_url, poolclass=NullPool, connect_args={"application_name": APP}
         )
@@ -109,8 +109,8 @@ class Sampler:
             )
 
     def rss(self) -> int:
-        """Bytes resident in the relay's process tree."""
-        total, todo = 0, [self.pid]
+        """Bytes resident in the relay's process trees."""
+        total, todo = 0, list(self.pids)
         while todo:
             pid = todo.pop()
             with contextlib.suppress(OSError):
@@ -202,9 +202,11 @@ def measure(
     env: Mapping[str, str] | None = None,
     admin_url: str = PG_ADMIN_URL,
     timeout: float = 300.0,
+    celery_workers: int = 0,
 ) -> dict[str, Any]:
     """One run over ``urls`` (see the module doc); ``extra`` adds ``name=URL`` databases that
-    are not measured (one that is down, say), ``env`` more ``RELAY_*`` settings."""
+    are not measured (one that is down, say), ``env`` more ``RELAY_*`` settings. With
+    ``celery_workers``, the Celery fleet instead: beat and that many solo-pool workers."""
     exchange = f"bench.tenants.{uuid.uuid4().hex[:8]}"
     names = {f"t{i}": url for i, url in enumerate(urls)}
     datnames = [str(sa.make_url(u).database) for u in urls]
@@ -219,43 +221,57 @@ def measure(
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
         full_env.update(RELAY_DATABASES=spec, RELAY_BROKER_URL=amqp_url, RELAY_EXCHANGE=exchange)
         full_env.update(env or {})
+        if celery_workers:
+            full_env["RELAY_QUEUE"] = exchange + ".relay"
         with (
             Arrivals(amqp_url, exchange, routing_key=TICK, key="message_id") as arrivals,
             (logdir / "relay.log").open("wb") as log,
+            contextlib.ExitStack() as stack,
         ):
             started = time.monotonic()
-            proc = subprocess.Popen(
-                [*procs.relay_command()], env=full_env, stdout=log, stderr=subprocess.STDOUT
-            )
-            try:
-                with Sampler(proc.pid, datnames, admin_url) as sampler:
-                    expected = backlog * len(urls)
-                    while _depth(amqp_url, sinks[0]) < expected:
-                        if proc.poll() is not None or time.monotonic() - started > timeout:
-                            raise RuntimeError(_tail(logdir / "relay.log"))
-                        time.sleep(0.05)
-                    drain = time.monotonic() - started
-                    if noisy:
-                        with engines[0].begin() as conn:
-                            conn.execute(_INSERT, {"t": NOISY, "k": noisy})
-                    # The noisy tenant's own events wait behind its backlog (oldest first):
-                    # the quiet tenants' are the measure.
-                    quiet = engines[1:] if noisy else engines
-                    ms, refused = trickle(quiet, arrivals, trickle_seconds)
-                    noisy_left = _unfinished(engines[0]) if noisy else 0
-                    deadline = time.monotonic() + timeout
-                    while noisy and _unfinished(engines[0]) and time.monotonic() < deadline:
-                        time.sleep(0.2)
-                    idle = _settled_connections(sampler)
-                    rss, peak = sampler.peak_rss, sampler.peak_connections
-                stop_began = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
-                code = proc.wait(timeout=60)
-                stopped_in = time.monotonic() - stop_began
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            if celery_workers:
+                running = stack.enter_context(procs.celery_fleet(full_env, celery_workers))
+            else:
+                argv = procs.relay_command()
+                running = [subprocess.Popen(argv, env=full_env, stdout=log, stderr=log)]
+                stack.callback(_reap, running[0])
+            with Sampler([p.pid for p in running], datnames, admin_url) as sampler:
+                expected = backlog * len(urls)
+                while _depth(amqp_url, sinks[0]) < expected:
+                    procs.check_alive(running)
+                    if time.monotonic() - started > timeout:
+                        raise RuntimeError(_tail(logdir / "relay.log"))
+                    time.sleep(0.05)
+                drain = time.monotonic() - started
+                if noisy:
+                    with engines[0].begin() as conn:
+                        conn.execute(_INSERT, {"t": NOISY, "k": noisy})
+                # The noisy tenant's own events wait behind its backlog (oldest first): the
+                # quiet tenants' are the measure.
+                quiet = engines[1:] if noisy else engines
+                ms, refused = trickle(quiet, arrivals, trickle_seconds)
+                noisy_left = _unfinished(engines[0]) if noisy else 0
+                deadline = time.monotonic() + timeout
+                while noisy and _unfinished(engines[0]) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                idle = _settled_connections(sampler)
+                if os.environ.get("BENCH_TENANTS_DEBUG"):
+                    with sampler.admin.connect() as conn:
+                        for row in conn.execute(
+                            sa.text(
+                                "SELECT pid, datname, state, application_name, left(query, 60) "
+                                "FROM pg_stat_activity WHERE datname = ANY(:d)"
+                            ),
+                            {"d": datnames},
+                        ):
+                            print("idle connection:", tuple(row), flush=True)
+                rss, peak = sampler.peak_rss, sampler.peak_connections
+            stop_began = time.monotonic()
+            code: int | None = None
+            if not celery_workers:
+                running[0].send_signal(signal.SIGTERM)
+                code = running[0].wait(timeout=60)
+        stopped_in = time.monotonic() - stop_began
         delivered = _depth(amqp_url, sinks[0])
         left = sum(_unfinished(e) for e in engines)
     finally:
@@ -263,6 +279,7 @@ def measure(
             eng.dispose()
         _delete(amqp_url, exchange, sinks)
     return {
+        "runner": f"celery beat + {celery_workers} workers" if celery_workers else "dispatch",
         "databases": len(urls),
         "backlog_per_database": backlog,
         "drain_seconds": round(drain, 2),
@@ -283,12 +300,18 @@ def measure(
     }
 
 
-def _settled_connections(sampler: Sampler, settle: float = 15.0) -> int:
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _settled_connections(sampler: Sampler, settle: float = 15.0, floor: int = 1) -> int:
     """Connections the relay holds once idle: the fewest seen over ``settle`` seconds (the
-    last busy databases give theirs back after one more empty look)."""
+    last busy databases give theirs back after one more empty look), down to ``floor``."""
     fewest = sampler.connections()
     deadline = time.monotonic() + settle
-    while time.monotonic() < deadline and fewest > 1:
+    while time.monotonic() < deadline and fewest > floor:
         time.sleep(0.5)
         fewest = min(fewest, sampler.connections())
     return fewest

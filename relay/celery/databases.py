@@ -106,11 +106,9 @@ def backlogs(runtimes: Runtimes, limit: int, timeout: float) -> dict[str, int]:
 
 
 def _beat_and_count(runtime: Runtime, limit: int) -> int:
-    try:
+    with runtime.held():
         runtime.operations().beat(TICK)  # `relay doctor --source NAME`: when beat last ticked
         return runtime.store().backlog(limit)
-    finally:
-        runtime.release()
 
 
 def fleet_tick(

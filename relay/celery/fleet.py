@@ -117,10 +117,8 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         report = Report()
         for rt in runtimes.chosen(source):
             if not rt.stopping.is_set():
-                try:
+                with rt.held():  # over several databases: no connection held between tasks
                     _guarded(_drain_into(report, rt, budget), alone=not runtimes.several)
-                finally:
-                    rt.release()  # over several databases: no connection held between tasks
         return _summary(report)
 
     @app.task(name=TICK, expires=s.tick_seconds, **common)
@@ -165,13 +163,12 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         share = s.purge_interval_seconds / len(chosen)
         for name, rt in chosen:
             try:
-                deleted += rt.purger().run(budget_seconds=share, stop=rt.stopping).deleted
+                with rt.held():
+                    deleted += rt.purger().run(budget_seconds=share, stop=rt.stopping).deleted
             except RelayError as exc:
                 if not runtimes.several:
                     raise
                 log.warning("purge of database %r failed, the next one retries: %s", name, exc)
-            finally:
-                rt.release()
         return deleted
 
     app.add_periodic_task(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from relay.config import Settings
@@ -24,6 +26,8 @@ class Runtime:
         #: (:meth:`release`), so that a worker process holds none for a database it is not
         #: relaying (docs/many-databases.md, "The connection budget").
         self.one_connection = one_connection
+        self._users = 0
+        self._lock = threading.Lock()
         #: Set by a warm shutdown: drains stop after the batch in flight.
         self.stopping = threading.Event()
         self._dispatcher: Dispatcher | None = None
@@ -60,15 +64,25 @@ class Runtime:
         store = RetentionStore(self.store().engine)
         return Purger(store, self.settings.retention_seconds, relay.worker_id)
 
-    def release(self) -> None:
-        """Over several databases, after a task: close this database's connection (and the
-        drain's database thread); the dispatcher, its breaker and its retries stay."""
-        if not self.one_connection or self._pid != os.getpid():
-            return
-        if self._dispatcher is not None:
-            self._dispatcher.close()
-        if self._store is not None:
-            self._store.engine.dispose()
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Around each use (a drain, a count, a purge): over several databases, when the last
+        use in this process ends, close this database's connection (and the drain's database
+        thread); the dispatcher, its breaker and its retries stay. Counted, because a tick's
+        count that outlived its wait may still run beside the next task's drain."""
+        with self._lock:
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                last = self._users == 0
+            if last and self.one_connection and self._pid == os.getpid():
+                if self._dispatcher is not None:
+                    self._dispatcher.close()
+                if self._store is not None:
+                    self._store.engine.dispose()
 
     def forget(self, *_: Any, **__: Any) -> None:
         """After fork: drop what the parent built without closing it (its sockets are shared)."""

@@ -92,8 +92,8 @@ def test_the_tick_counts_within_the_budget_and_gives_the_connections_back(
         assert all(shares[f"t{i}"] == 0 for i in range(2, 6))
         assert _pooled(runtimes) == 0
         rt = runtimes.get("t0")
-        report = rt.dispatcher().drain(budget_seconds=30)
-        rt.release()
+        with rt.held():
+            report = rt.dispatcher().drain(budget_seconds=30)
         assert report.sent == 500
         assert _pooled(runtimes) == 0
         assert len(collector.drain(500, timeout=30)) == 500
