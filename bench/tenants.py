@@ -249,7 +249,9 @@ def measure(
                 # The noisy tenant's own events wait behind its backlog (oldest first): the
                 # quiet tenants' are the measure.
                 quiet = engines[1:] if noisy else engines
+                cpu_before = procs.cpu_seconds(_tree([p.pid for p in running]))
                 ms, refused = trickle(quiet, arrivals, trickle_seconds)
+                trickle_cpu = procs.cpu_seconds(_tree([p.pid for p in running])) - cpu_before
                 noisy_left = _unfinished(engines[0]) if noisy else 0
                 deadline = time.monotonic() + timeout
                 while noisy and _unfinished(engines[0]) and time.monotonic() < deadline:
@@ -271,6 +273,8 @@ def measure(
             if not celery_workers:
                 running[0].send_signal(signal.SIGTERM)
                 code = running[0].wait(timeout=60)
+                if os.environ.get("BENCH_TENANTS_DEBUG"):
+                    print(_tail(logdir / "relay.log", 3), flush=True)
         stopped_in = time.monotonic() - stop_began
         delivered = _depth(amqp_url, sinks[0])
         left = sum(_unfinished(e) for e in engines)
@@ -292,12 +296,24 @@ def measure(
         "peak_rss_mib": round(rss / 2**20, 1),
         "trickle": {"seconds": trickle_seconds, "events": len(ms), **latency_summary(ms)},
         "refused_commits": refused,
+        "relay_cpu_share_during_trickle": round(trickle_cpu / trickle_seconds, 2),
         "noisy_backlog": noisy,
         "noisy_left_after_trickle": noisy_left,
         "sigterm_seconds": round(stopped_in, 2),
         "exit_code": code,
         "loadavg": loadavg(),
     }
+
+
+def _tree(pids: Sequence[int]) -> list[int]:
+    """``pids`` and their descendants."""
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError):
+            todo += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return found
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:

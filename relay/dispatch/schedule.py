@@ -25,6 +25,8 @@ from relay.policy import IdlePoll
 #: old (else up to 10 s later), so a trickle of one event a second is caught by the poll.
 WARM_SECONDS = 30.0
 WARM_POLL_SECONDS = 0.5
+#: Looks a second, in all, at the warm watched databases: each look costs a connection.
+WARM_LOOKS_PER_SECOND = 50.0
 #: A watched database idle longer is looked at this rarely: its first write after a quiet
 #: spell reaches the statistics, and the watcher, at once; this is the net under a lost one
 #: (PostgreSQL reports an idle session's statistics within 10 s).
@@ -163,22 +165,34 @@ class Schedule:
         tenant.served += max(0.0, now - started)
         if unit.claimed:
             tenant.busy_at = now
-        if tenant.watched:
-            warm = now - tenant.busy_at < WARM_SECONDS
-            tenant.poll.ceiling = WARM_POLL_SECONDS if warm else COLD_POLL_SECONDS
         if unit.rest > 0:
             tenant.due_at = now + unit.rest
             return False
         if not unit.drained:  # more rows: due at once, behind whoever is served less
             tenant.due_at = now
-        else:
-            if unit.claimed:
-                tenant.poll.reset()
-            tenant.due_at = now + tenant.poll.next()
-        keep = unit.claimed > 0
-        if keep:
             tenant.parked_at = now
-        return keep
+            return True
+        if tenant.watched:
+            # Drained: new rows will wake it; the look is the net under a late report.
+            tenant.due_at = now + self.watched_poll(tenant, now)
+            return False
+        if unit.claimed:
+            tenant.poll.reset()
+        tenant.due_at = now + tenant.poll.next()
+        if unit.claimed:  # polled: it looks again after the floor, on the same connection
+            tenant.parked_at = now
+            return True
+        return False
+
+    def watched_poll(self, tenant: Tenant, now: float) -> float:
+        """How soon a drained watched database is looked at again: every
+        :data:`WARM_POLL_SECONDS` while it had rows lately, but the warm databases together
+        at most :data:`WARM_LOOKS_PER_SECOND` times a second; :data:`COLD_POLL_SECONDS` once
+        quiet."""
+        if now - tenant.busy_at >= WARM_SECONDS:
+            return COLD_POLL_SECONDS
+        warm = sum(1 for t in self.tenants.values() if t.watched and now - t.busy_at < WARM_SECONDS)
+        return max(WARM_POLL_SECONDS, warm / WARM_LOOKS_PER_SECOND)
 
     def failed(self, tenant: Tenant, rest: float, now: float) -> None:
         """The unit failed (the database unreachable): due again after ``rest``, no
@@ -191,4 +205,12 @@ class Schedule:
         return len(self.ready(now))
 
 
-__all__ = ["COLD_POLL_SECONDS", "WARM_POLL_SECONDS", "WARM_SECONDS", "Schedule", "Tenant", "Unit"]
+__all__ = [
+    "COLD_POLL_SECONDS",
+    "WARM_LOOKS_PER_SECOND",
+    "WARM_POLL_SECONDS",
+    "WARM_SECONDS",
+    "Schedule",
+    "Tenant",
+    "Unit",
+]

@@ -69,6 +69,9 @@ class Database:
                 pool_size=1,
                 max_overflow=0,
                 pool_timeout=self.settings.lease_seconds * timing.RENEW_SHARE_OF_LEASE,
+                # Connections live for a unit or two: a ping before each of its transactions
+                # would cost a round trip each; a dead one fails the unit, which retries.
+                pool_pre_ping=False,
                 **_named(self.settings.database_url),
             )
             self.dispatcher = Dispatcher(store, publisher, self.settings, observer=observer)

@@ -6,6 +6,7 @@ import pytest
 
 from relay.dispatch.schedule import (
     COLD_POLL_SECONDS,
+    WARM_LOOKS_PER_SECOND,
     WARM_POLL_SECONDS,
     WARM_SECONDS,
     Schedule,
@@ -133,17 +134,28 @@ def test_the_per_server_budget_takes_back_a_slot_of_the_same_server_only() -> No
     assert s.in_use() == 2
 
 
-def test_a_watched_database_cools_to_the_long_poll_after_a_quiet_spell() -> None:
-    """Watched (PostgreSQL): looked at every WARM_POLL_SECONDS at most while it had rows
-    lately, every COLD_POLL_SECONDS at most once quiet for WARM_SECONDS."""
+def test_a_drained_watched_database_waits_for_a_wake_up_or_the_warm_poll() -> None:
+    """Watched (PostgreSQL): a drained database is looked at again after WARM_POLL_SECONDS
+    while it had rows lately (no cascade of quick looks: new rows wake it), after
+    COLD_POLL_SECONDS once quiet for WARM_SECONDS, and it gives its connection back."""
     s = Schedule(2, 2)
     s.add("a", "db1:5432", 0.025, 1.0, now=0.0, watched=True)
     t = s.tenants["a"]
-    _run(s, "a", Unit(claimed=1), 0.0, 0.0)
-    assert t.poll.ceiling == WARM_POLL_SECONDS
+    assert _run(s, "a", Unit(claimed=1), 0.0, 0.0) is False
+    assert t.due_at == WARM_POLL_SECONDS
     now = WARM_SECONDS + 1.0
     _run(s, "a", Unit(), now, now)
-    assert t.poll.ceiling == COLD_POLL_SECONDS
+    assert t.due_at == now + COLD_POLL_SECONDS
+
+
+def test_many_warm_databases_share_the_looks() -> None:
+    """200 warm watched databases: each looked at every 200 / WARM_LOOKS_PER_SECOND s, so
+    their looks stay at WARM_LOOKS_PER_SECOND a second in all."""
+    s = Schedule(9, 9)
+    for i in range(200):
+        s.add(f"t{i}", "db1:5432", 0.025, 1.0, now=0.0, watched=True)
+    _run(s, "t0", Unit(claimed=1), 0.0, 1.0)
+    assert s.tenants["t0"].due_at == pytest.approx(1.0 + 200 / WARM_LOOKS_PER_SECOND)
 
 
 def test_waiting_counts_the_due_databases_not_running() -> None:
