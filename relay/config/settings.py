@@ -187,6 +187,7 @@ class Settings:
             ("RELAY_BATCH_MAX_BYTES", self.batch_max_bytes),
             ("RELAY_TICK_SECONDS", self.tick_seconds),
             ("RELAY_POLL_FLOOR_SECONDS", self.poll_floor_seconds),
+            ("RELAY_CONFIRM_TIMEOUT_SECONDS", self.confirm_timeout_seconds),
         ):
             check(value > 0, var, value, "must be > 0")
         check(
@@ -201,12 +202,6 @@ class Settings:
             self.poll_floor_seconds,
             f"must be <= RELAY_TICK_SECONDS={self.tick_seconds!r} (polling backs off from the "
             "floor up to the tick)",
-        )
-        check(
-            self.confirm_timeout_seconds > 0,
-            "RELAY_CONFIRM_TIMEOUT_SECONDS",
-            self.confirm_timeout_seconds,
-            "must be > 0",
         )
         check(
             self.confirm_timeout_seconds < self.lease_seconds,

@@ -37,6 +37,7 @@ from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.dispatch.schedule import Schedule, Tenant, Unit
 from relay.dispatch.serverwatch import database_urls, server_of, server_watches
+from relay.dispatch.stopping import StopGuard
 from relay.dispatch.tenant import (
     FIRST_PURGES_SECONDS,
     QUANTUM_SECONDS,
@@ -159,7 +160,7 @@ class Tenants:
             self.stop.set()
             for _ in threads:
                 self._jobs.put(None)
-            deadline = time.monotonic() + self.settings.lease_seconds
+            deadline = time.monotonic() + timing.STOP_SECONDS
             for t in threads:
                 t.join(max(0.1, deadline - time.monotonic()))
             for db in self.databases.values():
@@ -312,7 +313,12 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
         settings.describe(),
     )
 
+    # SIGTERM within the bound every relay process keeps (relay.dispatch.stopping): a warm
+    # stop, forced if a unit is still blocked when the deadline comes.
+    guard = StopGuard()
+
     def on_signal(*_: object) -> None:
+        guard.signalled()
         tenants.stop.set()
         tenants.wake(("",))
 
@@ -322,8 +328,10 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
         budget.serve(settings.metrics_port, tenants.budget)
     try:
-        report = tenants.run(runner.heartbeat(heartbeat_file))
+        beat = runner.heartbeat(heartbeat_file, runner.liveness_seconds(settings))
+        report = tenants.run(beat)
     finally:
+        guard.disarm()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     log.info(

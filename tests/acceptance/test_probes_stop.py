@@ -61,8 +61,12 @@ def pg_proxy(pg_url: str) -> Iterator[TcpProxy]:
         yield p
 
 
-def _start(env: dict[str, str], log: Path, beat: Path | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    env: dict[str, str], log: Path, beat: Path | None = None, *, children: bool = False
+) -> subprocess.Popen[bytes]:
     argv = [RELAY_BIN, "dispatch", "--loop"]
+    if children:  # RELAY_DATABASES: the supervisor of a child process per database
+        argv.append("--process-per-database")
     if beat is not None:
         argv += ["--heartbeat-file", str(beat)]
     with log.open("ab") as out:
@@ -103,7 +107,7 @@ def test_a_hung_child_fails_liveness_within_the_bound(
         backend_pool.database("postgresql") as b,
     ):
         env = fleet_env(a, amqp_url, exchange_name) | {"RELAY_DATABASES": f"a={a},b={b}"}
-        proc = _start(env, log, beat)
+        proc = _start(env, log, beat, children=True)
         try:
             wait_until(lambda: beat.exists() and _live(beat), 60, "the fleet's first heartbeat")
             assert probe.written_bound(str(beat)) == BOUND
