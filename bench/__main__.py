@@ -114,6 +114,7 @@ class Plan:
     tenants_backlog: int = 100
     tenants_trickle_seconds: float = 10.0
     tenants_noisy: int = 200_000
+    tenants_celery_workers: int = 4
     #: bench.retention: minutes of each sustained run, the catch-up's backlog of sent rows past
     #: the retention, and the producer's rate (``--minutes``, ``--backlog``, ``--rate``).
     retention_minutes: float = 20.0
@@ -214,6 +215,7 @@ QUICK = Plan(
     tenants_counts=[10, 20],
     tenants_trickle_seconds=5.0,
     tenants_noisy=30_000,
+    tenants_celery_workers=2,
     producers_processes=[1],
     producers_seconds=0.5,
     retention_minutes=0.5,
@@ -281,7 +283,11 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
         p.fairness_backlog, p.fairness_rate, p.fairness_seconds, p.fairness_processes
     ),
     "tenants": lambda p: tenants.run(
-        p.tenants_counts, p.tenants_backlog, p.tenants_trickle_seconds, p.tenants_noisy
+        p.tenants_counts,
+        p.tenants_backlog,
+        p.tenants_trickle_seconds,
+        p.tenants_noisy,
+        p.tenants_celery_workers,
     ),
     "producers": lambda p: producers.run(p.producers_processes, p.producers_seconds, p.reps),
     "retention": lambda p: retention.run(

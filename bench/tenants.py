@@ -346,15 +346,32 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def run(counts: Sequence[int], backlog: int, trickle_seconds: float, noisy: int) -> dict[str, Any]:
-    """The section: each database count alone, then the largest beside one noisy tenant."""
+def run(
+    counts: Sequence[int],
+    backlog: int,
+    trickle_seconds: float,
+    noisy: int,
+    celery_workers: int = 0,
+) -> dict[str, Any]:
+    """The section: each database count alone; then at 100 databases (the issue's size; else
+    the largest count) beside one noisy tenant, and through the Celery fleet (beat and
+    ``celery_workers`` solo workers)."""
     out: dict[str, Any] = {"runs": []}
-    for n in counts:
-        for extra_rows in (0, noisy) if n == max(counts) and noisy else (0,):
-            with tenant_databases(n) as urls:
-                out["runs"].append(
-                    measure(
-                        urls, backlog=backlog, trickle_seconds=trickle_seconds, noisy=extra_rows
-                    )
+    size = 100 if 100 in counts else max(counts)
+    plans = [(n, 0, 0) for n in counts]
+    if noisy:
+        plans.append((size, noisy, 0))
+    if celery_workers:
+        plans.append((size, 0, celery_workers))
+    for n, rows, workers in plans:
+        with tenant_databases(n) as urls:
+            out["runs"].append(
+                measure(
+                    urls,
+                    backlog=backlog,
+                    trickle_seconds=trickle_seconds,
+                    noisy=rows,
+                    celery_workers=workers,
                 )
+            )
     return out
