@@ -72,13 +72,14 @@ def test_the_celery_fleet_relays_ten_databases_within_the_budget(
     backend_pool: databases.BackendPool, amqp_url: str
 ) -> None:
     """Beat and two solo workers at the defaults over 10 databases x 100 events: every event
-    once; at most RELAY_MAX_CONNECTIONS (the tick's counts) plus one per worker process plus
-    beat's wake-up at any sample, one (the wake-up) once idle; the trickle's p99 under 1.5 s."""
+    once; at most the issue's 25 connections at any sample (RELAY_MAX_CONNECTIONS for a
+    tick's counts, twice when a slow tick overlaps the next, plus one per worker process and
+    beat's wake-up), one (the wake-up) once idle; the trickle's p99 under 1.5 s."""
     with _tenants(backend_pool, 10) as urls:
         result = tenants.measure(urls, amqp_url, backlog=100, trickle_seconds=5.0, celery_workers=2)
     assert result["delivered"] == result["expected"] == 1000, result
     assert result["unfinished_rows_at_end"] == 0, result
-    assert result["peak_connections"] <= 10 + 2 + 1, result
+    assert result["peak_connections"] <= 25, result
     assert result["idle_connections"] <= 1, result
     assert result["trickle"]["p99_ms"] < 1500, result
     assert result["refused_commits"] == 0, result
