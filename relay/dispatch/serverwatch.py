@@ -35,9 +35,13 @@ APPLICATION_NAME = "relay"
 
 def server_of(url: Any) -> str:
     """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
-    if url.get_backend_name() == "sqlite":
+    backend = url.get_backend_name()
+    if backend == "sqlite":
         return f"sqlite:{url.database}"
-    return f"{url.host or 'localhost'}:{url.port or ''}"
+    return f"{url.host or 'localhost'}:{url.port or _DEFAULT_PORTS.get(backend, '')}"
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
 
 
 def database_urls(settings: Settings) -> dict[str, Any]:

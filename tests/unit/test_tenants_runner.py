@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from relay.config import Settings
+from relay.dispatch.serverwatch import server_of
 from relay.dispatch.tenant import POLLED_LOOKS_PER_SECOND, polled_ceiling
 from relay.dispatch.tenants import Tenants
 from relay.exceptions import ConfigError
@@ -52,3 +54,17 @@ def test_liveness_fails_while_a_unit_runs_longer_than_a_lease(tmp_path: Path) ->
     assert not tenants.hung()
     tenants._started["t1"] = time.monotonic() - 4
     assert tenants.hung()
+
+
+@pytest.mark.parametrize(
+    ("url", "server"),
+    [
+        ("postgresql+psycopg://relay:pw@db1/orders", "db1:5432"),
+        ("postgresql://relay@db1:5432/billing", "db1:5432"),
+        ("mysql+pymysql://relay@db2/shop", "db2:3306"),
+        ("sqlite:////var/lib/relay/a.sqlite3", "sqlite:/var/lib/relay/a.sqlite3"),
+    ],
+)
+def test_databases_count_against_their_servers_budget(url: str, server: str) -> None:
+    """Connections count per server: host and port, the default port when none is given."""
+    assert server_of(sa.make_url(url)) == server
