@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -10,6 +11,7 @@ import sqlalchemy as sa
 from relay.store import migrate
 from relay.store.engine import create_engine
 from tests.support.pgserver import PgServer, throwaway_server
+from tests.support.proxy import TcpProxy, running_proxy
 
 
 @pytest.fixture
@@ -42,3 +44,19 @@ def own_engine(own_pg_url: str) -> Iterator[sa.Engine]:
     eng = create_engine(own_pg_url)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def amqp_proxy(amqp_url: str) -> Iterator[TcpProxy]:
+    """A proxy in front of the shared RabbitMQ, to cut or freeze it for one test's relays."""
+    parts = urlsplit(amqp_url)
+    with running_proxy(parts.hostname or "127.0.0.1", parts.port or 5672) as p:
+        yield p
+
+
+@pytest.fixture
+def pg_proxy(pg_url: str) -> Iterator[TcpProxy]:
+    """A proxy in front of the shared PostgreSQL, to cut or freeze it for one test's relays."""
+    parts = sa.make_url(pg_url)
+    with running_proxy(parts.host or "127.0.0.1", parts.port or 5432) as p:
+        yield p

@@ -15,9 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -36,7 +34,7 @@ from tests.support.fleet import (
     enqueue_committed,
     fleet_env,
 )
-from tests.support.proxy import TcpProxy, running_proxy
+from tests.support.proxy import TcpProxy
 
 pytestmark = [pytest.mark.serial, pytest.mark.timeout(180)]
 
@@ -45,20 +43,6 @@ BOUND = 2 * float(str(TEST_SETTINGS["lease_seconds"])) + float(
     str(TEST_SETTINGS["confirm_timeout_seconds"])
 )
 BATCH = int(str(TEST_SETTINGS["batch_size"]))
-
-
-@pytest.fixture
-def amqp_proxy(amqp_url: str) -> Iterator[TcpProxy]:
-    parts = urlsplit(amqp_url)
-    with running_proxy(parts.hostname or "127.0.0.1", parts.port or 5672) as p:
-        yield p
-
-
-@pytest.fixture
-def pg_proxy(pg_url: str) -> Iterator[TcpProxy]:
-    parts = sa.make_url(pg_url)
-    with running_proxy(parts.host or "127.0.0.1", parts.port or 5432) as p:
-        yield p
 
 
 def _start(
