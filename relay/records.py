@@ -201,7 +201,8 @@ class PublishResult:
 # only when that fails are the texts decoded one by one here, so a good batch pays nothing.
 
 
-#: The row header that makes a row a Celery task (``relay.publishers.message.TASK_HEADER``).
+#: The row header that makes a row a Celery task (``relay.celery.send_task``); one name for
+#: the claim's checks and the message builder (``relay.publishers.message.TASK_HEADER``).
 TASK_HEADER = "x-relay-task"
 #: What a task header written by ``relay.celery.send_task`` always holds.
 TASK_KEYS = (("headers", dict), ("routing_key", str), ("exchange", str))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from relay import records
 from relay.exceptions import EventUnsendable
 from relay.records import ClaimedEvent
 
@@ -37,7 +38,7 @@ RESERVED_HEADERS = frozenset(
 ) | {"x-relay-task", CE_ID, CE_SOURCE, CE_TYPE, CE_TIME, CE_SPECVERSION}
 #: The row header that makes a row a Celery task (``relay.celery.send_task``): where to publish
 #: it and the protocol-2 headers and properties, resolved at enqueue. Never sent as a header.
-TASK_HEADER = "x-relay-task"
+TASK_HEADER = records.TASK_HEADER
 PERSISTENT = 2
 
 
