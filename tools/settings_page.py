@@ -3,7 +3,7 @@
 Each row comes from the code: the variable from the field's name, the default from the field
 (and from a ``Settings`` built for PostgreSQL and for SQLite, where the two differ), the rule an
 unset field follows from :data:`DERIVED` (whose figures are computed from live ``Settings``),
-the refusals from the ``check(...)`` calls of ``relay/config/settings.py`` (read with ``ast``).
+the refusals from the ``check(...)`` calls of ``relay/config/checks.py`` (read with ``ast``).
 The meaning is :data:`MEANING`, else the field's ``#:`` comment; a field with neither stops the
 generator, so a new setting cannot land undocumented.
 
@@ -24,6 +24,7 @@ from dataclasses import Field
 from pathlib import Path
 from typing import Any
 
+from relay.config import checks as checks_module
 from relay.config import settings as settings_module
 from relay.config.settings import (
     CONFIRM_SHARE_OF_LEASE,
@@ -202,7 +203,7 @@ def _message(node: ast.expr) -> str:
 
 def _refusals() -> dict[str, list[str]]:
     """What each variable refuses, from the ``check(ok, VAR, value, problem)`` calls."""
-    tree = ast.parse(inspect.getsource(settings_module))
+    tree = ast.parse(inspect.getsource(checks_module))
     out: dict[str, list[str]] = {}
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check"):

@@ -6,6 +6,7 @@ in :mod:`relay.config.settings`, the parsing of each ``RELAY_*`` value in :mod:`
 
 from __future__ import annotations
 
+from relay.config.checks import MIN_TOKEN_LENGTH
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, max_payload_bytes_from_env
 from relay.config.settings import (
     CONFIRM_SHARE_OF_LEASE,
@@ -13,7 +14,6 @@ from relay.config.settings import (
     DATABASE_ONLY,
     DEFAULT_BROKER_URL,
     DEFAULT_DATABASE_URL,
-    MIN_TOKEN_LENGTH,
     POLLED_IDLE_SECONDS,
     POLLED_TICK_SECONDS,
     Settings,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from relay.config.env import check
 
+#: Sent rows are kept a week unless ``RELAY_RETENTION_SECONDS`` says otherwise.
+DEFAULT_SECONDS = 7 * 86400.0
 RETENTION, DELETE_ON_SEND = "RELAY_RETENTION_SECONDS", "RELAY_DELETE_ON_SEND"
 
 

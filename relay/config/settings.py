@@ -7,8 +7,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from relay.config import databases, retention, timing
-from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, check, parse
+from relay.config import checks, retention, timing
+from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, parse
 from relay.config.urls import redact
 
 #: The embedded default, for trying the relay on one host: a SQLite file in the working
@@ -72,7 +72,7 @@ class Settings:
     #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.
     max_fanout: int = 8
     #: Sent rows older than this are deleted by the periodic purge; 0 means delete on send.
-    retention_seconds: float = 7 * 86400.0
+    retention_seconds: float = retention.DEFAULT_SECONDS
     #: How often the purge runs (beat's relay.purge_sent, ``relay dispatch --loop``'s purger).
     purge_interval_seconds: float = 3600.0
     #: The statement that records a row as sent deletes it: ``RELAY_RETENTION_SECONDS=0``.
@@ -119,7 +119,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         self._derive_defaults()
-        self._validate()
+        checks.validate(self)
 
     def _is_set(self, name: str) -> bool:
         return name in self.explicit or getattr(self, name) != _DEFAULTS[name]
@@ -165,137 +165,6 @@ class Settings:
         elif self._is_set("queue"):
             self._derive(
                 "exchange", f"{self.queue}-events" if self.queue == self.exchange else self.exchange
-            )
-
-    def _validate(self) -> None:
-        check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
-        check(self.batch_max >= 1, "RELAY_BATCH_MAX", self.batch_max, "must be at least 1")
-        check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
-        check(self.batch_max <= 10_000, "RELAY_BATCH_MAX", self.batch_max, "must be <= 10000")
-        check(
-            self.batch_max >= self.batch_size,
-            "RELAY_BATCH_MAX",
-            self.batch_max,
-            f"must be >= RELAY_BATCH_SIZE={self.batch_size!r} (claims grow from the batch size "
-            "up to it)",
-        )
-        check(self.lease_seconds > 0, "RELAY_LEASE_SECONDS", self.lease_seconds, "must be > 0")
-        check(self.max_attempts >= 1, "RELAY_MAX_ATTEMPTS", self.max_attempts, "must be >= 1")
-        for var, value in (
-            ("RELAY_BACKOFF_MAX_SECONDS", self.backoff_max_seconds),
-            ("RELAY_BACKOFF_BASE_SECONDS", self.backoff_base_seconds),
-            ("RELAY_BATCH_MAX_BYTES", self.batch_max_bytes),
-            ("RELAY_TICK_SECONDS", self.tick_seconds),
-            ("RELAY_POLL_FLOOR_SECONDS", self.poll_floor_seconds),
-            ("RELAY_CONFIRM_TIMEOUT_SECONDS", self.confirm_timeout_seconds),
-        ):
-            check(value > 0, var, value, "must be > 0")
-        check(
-            self.backoff_max_seconds >= self.backoff_base_seconds,
-            "RELAY_BACKOFF_MAX_SECONDS",
-            self.backoff_max_seconds,
-            f"must be >= RELAY_BACKOFF_BASE_SECONDS={self.backoff_base_seconds!r}",
-        )
-        check(
-            self.poll_floor_seconds <= self.tick_seconds,
-            "RELAY_POLL_FLOOR_SECONDS",
-            self.poll_floor_seconds,
-            f"must be <= RELAY_TICK_SECONDS={self.tick_seconds!r} (polling backs off from the "
-            "floor up to the tick)",
-        )
-        check(
-            self.confirm_timeout_seconds < self.lease_seconds,
-            "RELAY_CONFIRM_TIMEOUT_SECONDS",
-            self.confirm_timeout_seconds,
-            f"must be below RELAY_LEASE_SECONDS={self.lease_seconds!r} (a batch waiting that long "
-            "for confirms would outlive its lease)",
-        )
-        check(
-            self.max_payload_bytes >= 1,
-            "RELAY_MAX_PAYLOAD_BYTES",
-            self.max_payload_bytes,
-            "must be >= 1",
-        )
-        for var, name in (("RELAY_EXCHANGE", self.exchange), ("RELAY_QUEUE", self.queue)):
-            check(bool(name.strip()), var, name, "must not be empty")
-            # An AMQP shortstr: a longer name would fail every publish, looking like an outage.
-            check(len(name.encode()) <= 255, var, name[:40] + "...", "must be at most 255 bytes")
-        check(
-            self.queue != self.exchange,
-            "RELAY_QUEUE",
-            self.queue,
-            f"must differ from RELAY_EXCHANGE={self.exchange!r} (Celery declares a direct "
-            "exchange named after its queue)",
-        )
-        check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
-        retention.validate(
-            self.retention_seconds,
-            self._is_set("retention_seconds"),
-            self.delete_on_send,
-            self.purge_interval_seconds,
-        )
-        if self.metrics_port is not None:
-            check(
-                1 <= self.metrics_port <= 65535,
-                "RELAY_METRICS_PORT",
-                self.metrics_port,
-                "must be a TCP port, 1..65535",
-            )
-        types = self.metrics_max_event_types
-        check(0 <= types <= 100_000, "RELAY_METRICS_MAX_EVENT_TYPES", types, "must be 0..100000")
-        if self.source is not None:
-            check(
-                self.source.isprintable() and " " not in self.source,
-                "RELAY_SOURCE",
-                self.source,
-                "must be a URI-reference (printable, no spaces)",
-            )
-        self._validate_console()
-        databases.check_settings(self)
-        for name, url in (
-            ("RELAY_DATABASE_URL", self.database_url),
-            ("RELAY_BROKER_URL", self.broker_url),
-            ("RELAY_EVENTS_URL", self.events_url),
-        ):
-            if url is not None:
-                check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
-
-    def _validate_console(self) -> None:
-        for var, token in (
-            ("RELAY_CONSOLE_TOKEN", self.console_token),
-            ("RELAY_CONSOLE_READONLY_TOKEN", self.console_readonly_token),
-        ):
-            if token is None:
-                continue
-            shown = token[:2] + "..."  # a secret: never echoed whole
-            check(len(token) >= MIN_TOKEN_LENGTH, var, shown, "must be at least 16 characters")
-            check(
-                token.isascii() and token.isprintable() and " " not in token,
-                var,
-                shown,
-                "must be printable ASCII without spaces (it travels in an HTTP header)",
-            )
-        if self.console_token is not None:
-            check(
-                self.console_token != self.console_readonly_token,
-                "RELAY_CONSOLE_READONLY_TOKEN",
-                "...",
-                "must differ from RELAY_CONSOLE_TOKEN",
-            )
-        if self.listen_url is not None:
-            check(
-                self.listen_url.split(":", 1)[0].split("+", 1)[0].lower()
-                in ("postgresql", "postgres"),
-                "RELAY_LISTEN_URL",
-                redact(self.listen_url),
-                "must be a PostgreSQL URL (only PostgreSQL's outbox is watched)",
-            )
-        if self.console_redact is not None:
-            check(
-                all(name.strip() for name in self.console_redact.split(",")),
-                "RELAY_CONSOLE_REDACT",
-                self.console_redact,
-                "has an empty field name (expected names separated by commas)",
             )
 
     @property
@@ -380,8 +249,6 @@ class Settings:
 DATABASE_ONLY = frozenset({"database_url", "databases"})
 #: What ``relay console`` reads: the database, its credentials and the fields it masks.
 CONSOLE_ONLY = DATABASE_ONLY | {"console_token", "console_readonly_token", "console_redact"}
-#: A console token shorter than this is refused: it must not be guessable.
-MIN_TOKEN_LENGTH = 16
 
 
 def env_fields() -> tuple[Field[Any], ...]:
