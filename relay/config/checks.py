@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from relay.config import databases, retention
+from relay.config import databases, retention, tls
 from relay.config.env import check
 from relay.config.urls import redact
 
@@ -110,6 +110,12 @@ def validate(self: Settings) -> None:
     ):
         if url is not None:
             check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
+    for name, url in (("RELAY_BROKER_URL", self.broker_url), ("RELAY_EVENTS_URL", self.events_url)):
+        for node in tls.nodes(url) if url else ():
+            try:
+                tls.parse(node)
+            except tls.TlsOptionError as exc:
+                check(False, name, redact(node), f"has a bad TLS option: {exc}")
 
 
 def _validate_console(self: Settings) -> None:

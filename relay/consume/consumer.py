@@ -39,6 +39,7 @@ from relay.consume import inbox
 from relay.consume.deadletters import DeadLetters, dead_queue_name
 from relay.observe import tracing
 from relay.policy import backoff_seconds
+from relay.publishers import transports
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,9 @@ class EventConsumer:
         return self.counts
 
     def _consume(self, stop: threading.Event, poll_seconds: float) -> None:
-        with kombu.Connection(self.url, transport_options=self.transport_options) as conn:
+        with transports.kombu_connection(
+            self.url, transport_options=self.transport_options
+        ) as conn:
             channel, dead_channel = conn.channel(), conn.channel()
             queue = self.handlers.declare(channel, self.exchange)
             dead = DeadLetters(dead_channel, self.handlers.queue)

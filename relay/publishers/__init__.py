@@ -50,7 +50,7 @@ def for_url(
     from relay.publishers import transports
 
     transports.register()
-    if kombu.Connection(url).transport_cls in AMQP_TRANSPORTS:
+    if kombu.Connection(transports.broker_tls(url)[0]).transport_cls in AMQP_TRANSPORTS:
         from relay.publishers.amqp import AmqpPublisher
 
         return AmqpPublisher(url, exchange, confirm_timeout=confirm_timeout, on_blocked=on_blocked)

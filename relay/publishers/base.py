@@ -61,12 +61,11 @@ class KombuPublisher:
         options = self._connection_options()
         own = options.pop("transport_options", {})
         nodes = failover_order(self.url, self._node)
-        conn = kombu.Connection(
-            ";".join(nodes),
-            transport_options={**transports.transport_options(self.url), **own},
-            **options,
-        )
         failed: list[BaseException] = []
+        if len(nodes) > 1 and transports.broker_tls(self.url)[1].encrypted:
+            conn = self._connect_each(nodes, own, options, failed)
+        else:
+            conn = transports.kombu_connection(";".join(nodes), transport_options=own, **options)
         try:
             # A failover URL (``amqp://a;amqp://b``): Kombu tries each node once, in turn,
             # moving on after each failure without a pause; a single URL is retried once.
@@ -85,6 +84,23 @@ class KombuPublisher:
             # The next connection starts at this node, not at a dead first one.
             self._node = (self._node + len(failed)) % len(nodes)
             log.info("connected to broker node %s", redact(nodes[len(failed) % len(nodes)]))
+
+    @staticmethod
+    def _connect_each(
+        nodes: list[str], own: dict[str, Any], options: dict[str, Any], failed: list[BaseException]
+    ) -> kombu.Connection:
+        """A connection to the first of ``nodes`` that accepts one, each with its own TLS:
+        Kombu's failover would verify every node against the first node's host name."""
+        for node in nodes[:-1]:
+            conn = transports.kombu_connection(node, transport_options=own, **options)
+            try:
+                conn.ensure_connection(max_retries=0)
+            except Exception as exc:  # this node is down or refused: the next one
+                failed.append(exc)
+                close_quietly(conn)
+                continue
+            return conn
+        return transports.kombu_connection(nodes[-1], transport_options=own, **options)
 
     def connect(self) -> None:
         """Open the connection now instead of at the first publish (a failure raises
@@ -131,7 +147,7 @@ class KombuPublisher:
 
     def _translated(self) -> contextlib.AbstractContextManager[None]:
         """Kombu's and the client's connection and channel errors -> BrokerUnavailable."""
-        return translated(self._conn or kombu.Connection(self.url))
+        return translated(self._conn or transports.kombu_connection(self.url))
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
@@ -224,7 +240,7 @@ def connection(url: str, *, timeout: int) -> Iterator[kombu.Connection]:
     ConfigError when ``url`` names no transport Kombu has."""
     try:
         # The constructor resolves the scheme's transport class.
-        conn = kombu.Connection(url, transport_options=transports.transport_options(url))
+        conn = transports.kombu_connection(url)
     except (KeyError, ImportError) as exc:  # a scheme Kombu has no transport for
         raise ConfigError(f"{redact(url)!r} names no usable transport: {describe(exc)}") from exc
     try:
