@@ -38,7 +38,7 @@ POLLED_TICK_SECONDS = 0.4
 POLLED_IDLE_SECONDS = 0.2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
     """Everything the relay needs to run; build with :meth:`from_env` or directly.
 
@@ -233,6 +233,12 @@ class Settings:
             kind = f.type if isinstance(f.type, str) else f.type.__name__
             values[f.name] = parse(var, raw, PARSERS[kind])
         return cls(**values, explicit=frozenset(values))
+
+    def __repr__(self) -> str:
+        """The fields set, redacted as :meth:`describe` does: a repr in a traceback or a log
+        line carries no password or token."""
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.describe().items() if self._is_set(k))
+        return f"Settings({shown})"
 
     def describe(self) -> dict[str, Any]:
         """The settings as a dict with every secret in URLs redacted: safe to log."""
