@@ -12,7 +12,7 @@ _USERINFO = re.compile(
 #: A secret named in a URL's query (``?password=``, ``&sslpassword=``, ``ssl_password``,
 #: ``access_token``, ``api_key``) or in a libpq keyword string (``password=... sslpassword=...``):
 #: any key that contains one of these words.
-_SECRET_WORDS = r"(?:password|passwd|pwd|passphrase|secret|token|api_?key|credential)"
+_SECRET_WORDS = r"(?:password|passwd|pwd|passphrase|secret|token|api_?key|credential)"  # noqa: S105 (names of secrets, not one)
 _QUERY_SECRET = re.compile(
     rf"(?i)(?P<key>(?:^|(?<=[?&;\s,(]))[a-z0-9_.\-]*{_SECRET_WORDS}[a-z0-9_.\-]*\s*=\s*)"
     r"(?P<value>'(?:[^'\\]|\\.)*'|[^&\s'\",;)]*)"

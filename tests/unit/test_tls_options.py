@@ -50,7 +50,8 @@ def test_opt_outs_drop_the_name_check(query: str, expected: dict[str, object]) -
     """The opt-outs leave no server_hostname (Kombu would fill a None one) and are not verified."""
     _, found = tls.parse(f"amqps://h//?{query}")
     assert found.kombu_ssl() == expected
-    assert found.encrypted and not found.verified
+    assert found.encrypted
+    assert not found.verified
     assert "NOT" in found.describe()
 
 
@@ -66,7 +67,9 @@ def test_rediss_verifies_where_kombu_would_not() -> None:
 
 def test_plain_urls_are_not_encrypted() -> None:
     _, found = tls.parse("amqp://guest:guest@10.0.0.5:5672//")
-    assert not found.encrypted and not found.local and found.describe() == "not encrypted"
+    assert not found.encrypted
+    assert not found.local
+    assert found.describe() == "not encrypted"
     assert tls.parse("amqp://127.0.0.1//")[1].local
 
 
