@@ -128,7 +128,7 @@ def test_client_certificate(
 ) -> None:
     """A broker that requires a client certificate refuses a client without one and accepts
     the one named by ``ssl_certfile``/``ssl_keyfile``."""
-    pki.leaf("relay-client", "relay-client")
+    pki.leaf("relay-client", "relay-client.example")
     certfile, keyfile = pki.files("relay-client")
     context = server_context(pki.leaf("broker", "localhost"), client_ca=pki.ca)
     with tls_front(_target(amqp_url), context) as front:

@@ -30,20 +30,23 @@ class Pki:
         self.ca_file = folder / "ca.pem"
         self.ca.cert_pem.write_to_path(str(self.ca_file))
 
-    def leaf(self, name: str, *identities: str, expired: bool = False) -> trustme.LeafCert:
+    def leaf(
+        self, name: str, *identities: str, expired: bool = False, common_name: str | None = None
+    ) -> trustme.LeafCert:
         """A certificate for ``identities`` (valid now, or expired a day ago), its chain and
-        key written to ``<name>.pem`` and ``<name>.key``."""
+        key written to ``<name>.pem`` and ``<name>.key`` (the key 0600, as libpq requires)."""
         now = datetime.now(UTC)
         dates: dict[str, Any] = (
             {"not_before": now - timedelta(days=30), "not_after": now - timedelta(days=1)}
             if expired
             else {}
         )
-        cert = self.ca.issue_cert(*identities, **dates)
+        cert = self.ca.issue_cert(*identities, common_name=common_name, **dates)
         with (self.folder / f"{name}.pem").open("wb") as f:
             for blob in cert.cert_chain_pems:
                 f.write(blob.bytes())
         cert.private_key_pem.write_to_path(str(self.folder / f"{name}.key"))
+        (self.folder / f"{name}.key").chmod(0o600)
         return cert
 
     def files(self, name: str) -> tuple[str, str]:

@@ -124,3 +124,26 @@ def test_settings_repr_and_describe_carry_no_secret() -> None:
     )
     assert "MARKER" not in repr(settings)
     assert "MARKER" not in str(settings.describe())
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "words"),
+    [
+        ("filesystem://", "pass", "stays on this machine"),
+        ("amqp://guest:guest@127.0.0.1:5672//", "pass", "stays on this machine"),
+        ("amqp://relay:pw@mq.internal:5672//", "warn", "NOT encrypted"),
+        ("amqps://relay:pw@mq.internal//", "pass", "verified"),
+        ("amqps://mq.internal//?ssl_check_hostname=false", "warn", "host name NOT checked"),
+        ("amqps://a.internal//;amqps://b.internal//?ssl_cert_reqs=none", "warn", "NOT verified"),
+        ("rediss://cache.internal:6380/0?ssl_ca_certs=/nonexistent/ca.pem", "fail", "no such file"),
+    ],
+)
+def test_doctor_says_whether_the_broker_is_encrypted_and_verified(
+    url: str, status: str, words: str
+) -> None:
+    from relay.commands import doctor_tls
+
+    check = doctor_tls.broker("events broker TLS", url)
+    assert check.status == status
+    assert words in check.detail
+    assert ":pw@" not in check.detail
