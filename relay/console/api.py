@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from relay.console.auth import Credential, csrf_ok
-from relay.console.views import BadRequest, act, jsonable, read_filter, read_page
+from relay.console.views import BadRequest, act, bounded_id, jsonable, read_filter, read_page
 from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
 from relay.store.operations import Actor
 
@@ -66,10 +66,7 @@ def routes(c: Console) -> list[Route]:
         return JSONResponse({"events": [jsonable(r, c.redact) for r in rows], "next": nxt})
 
     async def event(request: Request, cred: Credential) -> Response:
-        try:
-            event_id = int(request.path_params["event_id"])
-        except ValueError:
-            raise BadRequest("an event id is an integer") from None
+        event_id = bounded_id(request.path_params["event_id"], "the event id")
         row = await run_in_threadpool(c.store.event, event_id)
         if row is None:
             return _error(404, f"no event {event_id}")
@@ -85,7 +82,7 @@ def routes(c: Console) -> list[Route]:
         async def run(request: Request, cred: Credential) -> Response:
             try:
                 body = await request.json()
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, RecursionError):
                 raise BadRequest("the body must be a JSON object") from None
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
