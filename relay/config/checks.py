@@ -115,7 +115,12 @@ def validate(self: Settings) -> None:
             try:
                 tls.parse(node)
             except tls.TlsOptionError as exc:
-                check(False, name, redact(node), f"has a bad TLS option: {exc}")
+                check(
+                    False,
+                    name,
+                    redact(node),
+                    f"has an unknown or unreadable TLS option (docs/security.md){': ' + str(exc)}",
+                )
 
 
 def _validate_console(self: Settings) -> None:
