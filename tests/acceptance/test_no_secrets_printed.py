@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -55,7 +54,7 @@ def _marked_url(pg_url: str) -> str:
 
 
 @pytest.fixture
-def marked_outbox(pg_url: str, amqp_url: str) -> Iterator[str]:
+def marked_outbox(pg_url: str, amqp_url: str) -> str:
     """A migrated outbox holding marker payloads and headers: pending rows and failed ones."""
     engine = create_engine(pg_url)
     try:
@@ -73,7 +72,7 @@ def marked_outbox(pg_url: str, amqp_url: str) -> Iterator[str]:
         store.complete("w", buried=[Buried(e, "poison") for e in claimed])
     finally:
         engine.dispose()
-    yield _marked_url(pg_url)
+    return _marked_url(pg_url)
 
 
 def _env(db_url: str, amqp_url: str, events_password: str) -> dict[str, str]:
