@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import kombu.exceptions
 import pytest
 
 from relay.exceptions import BrokerUnavailable
@@ -193,3 +194,37 @@ def test_rediss_verified_delivers_and_wrong_name_is_refused(
         publisher.close()
     assert result.confirmed == []
     assert "certificate verify failed" in str(result.error)
+
+
+def test_each_failover_node_is_verified_against_its_own_name(
+    rabbit: TlsFront, pki: Pki, exchange_name: str, collector: Collector
+) -> None:
+    """``amqps://127.0.0.1…;amqps://localhost…``: the first node's certificate lacks its name
+    (refused), the second is verified against ``localhost`` (not the first node's name) and
+    delivers."""
+    ca = str(pki.ca_file)
+    url = ";".join(
+        (_amqps(rabbit.port, "127.0.0.1", ssl_ca_certs=ca), _amqps(rabbit.port, ssl_ca_certs=ca))
+    )
+    _delivers(url, exchange_name, collector)
+
+
+def test_relay_celery_app_connects_over_verified_tls(rabbit: TlsFront, pki: Pki) -> None:
+    """The relay's Celery app (``broker_use_ssl`` from the URL's options) connects to the right
+    name and is refused at a name the certificate lacks."""
+    from relay.celery import create_app
+    from relay.config import Settings
+
+    for host, accepted in (("localhost", True), ("127.0.0.1", False)):
+        url = _amqps(rabbit.port, host, ssl_ca_certs=str(pki.ca_file))
+        app = create_app(Settings(broker_url=url))
+        conn = app.connection_for_write()
+        try:
+            if accepted:
+                conn.ensure_connection(max_retries=0)
+                assert conn.connected
+            else:
+                with pytest.raises(kombu.exceptions.OperationalError, match="mismatch"):
+                    conn.ensure_connection(max_retries=0)
+        finally:
+            conn.release()
