@@ -22,6 +22,9 @@ import sqlalchemy as sa
 from relay.commands.checks import FAIL, PASS, WARN, Check
 from relay.config import Settings, tls
 from relay.config.urls import redact
+from relay.store import dialects
+from relay.store.dialects.mysql import MySQLOperations
+from relay.store.dialects.postgresql import PostgresOperations
 
 DATABASE_FIX_PG = "add ?sslmode=verify-full&sslrootcert=/path/to/ca.pem to RELAY_DATABASE_URL"
 DATABASE_FIX_MYSQL = "add ?ssl_ca=/path/to/ca.pem to RELAY_DATABASE_URL"
@@ -42,18 +45,17 @@ def database(engine: sa.Engine) -> Check:
     if engine.dialect.name == "sqlite":
         return Check(name, PASS, "SQLite: a file, no network")
     local = _local(url.host)
-    if engine.dialect.name == "postgresql":
+    operations = dialects.operations_for(dialects.for_name(engine.dialect.name))
+    if isinstance(operations, PostgresOperations):
         with engine.connect() as conn:
-            row = conn.execute(
-                sa.text("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-            ).one_or_none()
+            row = conn.execute(operations.connection_tls()).one_or_none()
         encrypted, version = (bool(row[0]), row[1]) if row else (False, None)
         mode = str(url.query.get("sslmode") or os.environ.get("PGSSLMODE") or "prefer")
         verified = mode == "verify-full"
         how, fix = f"sslmode={mode}", DATABASE_FIX_PG
-    elif engine.dialect.name in ("mysql", "mariadb"):
+    elif isinstance(operations, MySQLOperations):
         with engine.connect() as conn:
-            row = conn.execute(sa.text("SHOW SESSION STATUS LIKE 'Ssl_version'")).one_or_none()
+            row = conn.execute(operations.connection_tls()).one_or_none()
         version = row[1] if row else None
         encrypted = bool(version)
         check_name = str(url.query.get("ssl_check_hostname", "true")).lower() != "false"
