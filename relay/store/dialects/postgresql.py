@@ -269,6 +269,15 @@ class PostgresDialect(Dialect):
             "WHERE datname = ANY(:names)"
         )
 
+    def databases_written(self) -> TextClause:
+        """Rows inserted, updated or deleted so far in each database named in ``:names``: a
+        database whose count did not move since a look had no claim, outcome or new row in
+        between (the Celery fleet's tick counts backlogs only where it moved)."""
+        return sa.text(
+            "SELECT datname, tup_inserted + tup_updated + tup_deleted "
+            "FROM pg_catalog.pg_stat_database WHERE datname = ANY(:names)"
+        )
+
     def new_xact_id(self) -> TextClause:
         """A new transaction id, the wake-up's horizon: every transaction with one is older.
 
