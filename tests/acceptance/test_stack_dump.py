@@ -111,11 +111,14 @@ def test_the_supervisor_passes_sigusr1_on_to_each_databases_relay(
 
             wait_until(lambda: started() >= 2, 30, "both databases' relays to start")
             proc.send_signal(signal.SIGUSR1)
-            wait_until(
-                lambda: log.read_text(errors="replace").count("Current thread") >= 3,
-                10,
-                "the supervisor's and both relays' stacks",
-            )
+            try:
+                wait_until(
+                    lambda: log.read_text(errors="replace").count("Current thread") >= 3,
+                    10,
+                    "the supervisor's and both relays' stacks",
+                )
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n{log.read_text(errors='replace')}") from None
             assert proc.poll() is None, "SIGUSR1 stopped the supervisor"
             code = _stop(proc)
         finally:
