@@ -101,9 +101,9 @@ def test_the_docs_cite_only_public_python_paths() -> None:
             if not NOT_PYTHON.match(path) and not _is_public(path):
                 wrong.append(f"{doc.relative_to(ROOT)}: {path}")
         for module, imported in re.findall(
-            r"^\s*from (relay[\w.]*) import \(?([\w, ]+)", text, re.M
+            r"^\s*from (relay[\w.]*) import (\([^)]*\)|[\w, ]+)", text, re.M
         ):
-            for name in (n.split(" as ")[0].strip() for n in imported.split(",")):
+            for name in (n.split(" as ")[0].strip() for n in imported.strip("()").split(",")):
                 if name and not _is_public(f"{module}.{name}"):
                     wrong.append(f"{doc.relative_to(ROOT)}: from {module} import {name}")
     assert not wrong, f"the docs cite internal paths (docs/api.md says what is public): {wrong}"
