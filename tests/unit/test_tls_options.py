@@ -147,3 +147,14 @@ def test_doctor_says_whether_the_broker_is_encrypted_and_verified(
     assert check.status == status
     assert words in check.detail
     assert ":pw@" not in check.detail
+
+
+def test_metrics_source_label_carries_no_url_secret() -> None:
+    """The ``source`` label (and CloudEvents source) derived from the database URL drops the
+    user, password and query, so a metrics scrape shows none of them."""
+    import sqlalchemy as sa
+
+    from relay.store.eventids import default_source
+
+    url = sa.make_url("postgresql+psycopg://app:MARKER@db.internal/shop?sslpassword=MARKER")
+    assert "MARKER" not in default_source(url)
