@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from relay.config import databases, retention, tls
+from relay.config import databases, retention, signing, tls
 from relay.config.env import check
 from relay.config.urls import redact
 
@@ -102,6 +102,16 @@ def validate(self: Settings) -> None:
             "must be a URI-reference (printable, no spaces)",
         )
     _validate_console(self)
+    if self.signing_keys is not None:
+        try:
+            signing.parse_keys(self.signing_keys)
+        except ValueError as exc:
+            check(
+                False,
+                "RELAY_SIGNING_KEYS",
+                "...",  # secrets: never echoed
+                f"is not kid=secret,... with secrets of 32+ characters{': ' + str(exc)}",
+            )
     databases.check_settings(self)
     for name, url in (
         ("RELAY_DATABASE_URL", self.database_url),

@@ -99,6 +99,10 @@ class Settings:
     console_token: str | None = field(default=None, metadata={"secret": True})
     #: The web console's view-only token: may view, never act. Secret.
     console_readonly_token: str | None = field(default=None, metadata={"secret": True})
+    #: Keys that sign every event (``kid=secret,...``, secrets of 32+ characters): the first
+    #: signs, every one verifies (``relay.consume``), so a key is rotated by listing the new one
+    #: first. Secret. None: events are not signed.
+    signing_keys: str | None = field(default=None, metadata={"secret": True})
     #: Payload and header fields the console masks everywhere, comma-separated
     #: (``password,card_number``; any case, at any depth).
     console_redact: str | None = None

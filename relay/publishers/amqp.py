@@ -159,7 +159,7 @@ class AmqpPublisher(liveness.WatchedPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = message.prepare(event)
+                msg = message.prepare(event, self.keyring)
                 self._declare_task_route(msg)
                 frames.append(_encode(encoder, msg))
             except EventUnsendable as exc:

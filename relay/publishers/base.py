@@ -20,6 +20,7 @@ import kombu.exceptions
 from relay.config.urls import redact
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, ConfigError, PublishError
 from relay.publishers import message, transports
+from relay.publishers.signatures import Keyring
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ class KombuPublisher:
     Subclasses set the channel up (:meth:`_setup`) and publish one batch on it
     (:meth:`_publish_batch`); this class connects, reconnects and maps errors.
     """
+
+    #: Signs every event published (``RELAY_SIGNING_KEYS``); None: unsigned.
+    keyring: Keyring | None = None
 
     def __init__(self, url: str, exchange: str, *, confirm_timeout: float = 10.0) -> None:
         self.url = url

@@ -42,7 +42,7 @@ class VirtualPublisher(KombuPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = message.prepare(event)
+                msg = message.prepare(event, self.keyring)
                 if event.headers:
                     _check_headers(msg)
             except EventUnsendable as exc:
