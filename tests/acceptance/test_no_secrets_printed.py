@@ -1,6 +1,6 @@
 """No command prints a secret or a payload: every `relay` command runs at ``-v`` (DEBUG logs)
 with marker secrets in every URL-borne place (the database password and ``sslpassword``, the
-brokers' passwords, the console tokens) and marker payloads and headers in the outbox, once
+brokers' passwords, the console tokens, the signing keys) and marker payloads and headers in the outbox, once
 against servers that accept the connection and once against a broker that refuses it (the
 error paths print the URL too); no marker appears in any output."""
 
@@ -87,6 +87,7 @@ def _env(db_url: str, amqp_url: str, events_password: str) -> dict[str, str]:
         "RELAY_EXCHANGE": f"secrets-{os.getpid()}",
         "RELAY_CONSOLE_TOKEN": f"console-{MARKER}-operator",
         "RELAY_CONSOLE_READONLY_TOKEN": f"console-{MARKER}-viewer",
+        "RELAY_SIGNING_KEYS": f"k1=signing-{MARKER}-" + "s" * 32,
         "RELAY_CONFIRM_TIMEOUT_SECONDS": "3",
     }
 

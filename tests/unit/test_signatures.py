@@ -128,3 +128,26 @@ def test_keys_are_secret_everywhere_the_settings_print() -> None:
     assert "n" * 40 not in repr(settings)
     assert settings.describe()["signing_keys"] == "***"
     assert "n" * 40 not in repr(Keyring.from_text(NEW))
+
+
+def test_on_event_workers_verify_with_the_keys_of_their_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RELAY_SIGNING_KEYS`` in a worker's environment: every queue ``on_event`` registers
+    verifies signatures; without it, none does."""
+    import sqlalchemy as sa
+    from celery import Celery
+
+    from relay.celery import on_event
+    from relay.celery.events import _EVENT_QUEUES
+
+    engine = sa.create_engine("sqlite://")
+    monkeypatch.setenv("RELAY_SIGNING_KEYS", NEW)
+    signed_app, plain_app = Celery("signed"), Celery("plain")
+    on_event(signed_app, "order.*", queue="orders", engine=engine)(lambda conn, event: None)
+    monkeypatch.delenv("RELAY_SIGNING_KEYS")
+    on_event(plain_app, "order.*", queue="orders", engine=engine)(lambda conn, event: None)
+    keyring = _EVENT_QUEUES[signed_app].queues["orders"].keyring
+    assert keyring is not None
+    assert keyring.keys[0][0] == "k2026"
+    assert _EVENT_QUEUES[plain_app].queues["orders"].keyring is None
