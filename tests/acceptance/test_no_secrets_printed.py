@@ -1,8 +1,8 @@
 """No command prints a secret or a payload: every `relay` command runs at ``-v`` (DEBUG logs)
 with marker secrets in every URL-borne place (the database password and ``sslpassword``, the
-brokers' passwords, the console tokens, the signing keys) and marker payloads and headers in the outbox, once
-against servers that accept the connection and once against a broker that refuses it (the
-error paths print the URL too); no marker appears in any output."""
+brokers' passwords) and in the console tokens and signing keys, and marker payloads and headers
+in the outbox, once against servers that accept the connection and once against a broker that
+refuses it (the error paths print the URL too); no marker appears in any output."""
 
 from __future__ import annotations
 
