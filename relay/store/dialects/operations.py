@@ -116,6 +116,16 @@ class Operations:
             stmt = stmt.where(outbox.c.id > after)
         return stmt.order_by(outbox.c.id).limit(limit)
 
+    def sent_rows(
+        self, matching: ColumnElement[bool], limit: int, after: int | None
+    ) -> Select[Any]:
+        """Sent rows ``matching`` selects, as a claim returns them, by id after ``after``: a
+        replay's page (keyset on the primary key, never OFFSET)."""
+        stmt = select(*self.dialect.claim_columns()).where(outbox.c.status == SENT, matching)
+        if after is not None:
+            stmt = stmt.where(outbox.c.id > after)
+        return stmt.order_by(outbox.c.id).limit(limit)
+
     def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
         """How many rows ``matching`` selects."""
         return select(func.count()).select_from(outbox).where(matching)

@@ -360,6 +360,12 @@ SELECT floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60
 FROM outbox
 WHERE outbox.sent_at >= now() + %(param_1)s * interval '1 second' GROUP BY floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC));
 
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, by id after ``after``: a
+SELECT outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE AND outbox.id > %(id_2)s::BIGINT ORDER BY outbox.id
+ LIMIT %(param_2)s::INTEGER;
+
 -- sequence_cache: The ``CACHE`` of ``:sequence``: ids a session takes at a time (1 by default).
 SELECT seqcache FROM pg_catalog.pg_sequence WHERE seqrelid = CAST(%(sequence)s AS regclass);
 

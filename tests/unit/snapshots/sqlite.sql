@@ -311,6 +311,12 @@ SELECT floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 
 FROM outbox
 WHERE outbox.sent_at >= strftime(?, 'now', printf(?, ?)) GROUP BY floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0));
 
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, by id after ``after``: a
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ? ORDER BY outbox.id
+ LIMIT ? OFFSET ?;
+
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN ? THEN ? WHEN ? THEN ? ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
 
