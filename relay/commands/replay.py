@@ -16,20 +16,9 @@ from typing import Any
 
 from relay.commands import rows
 from relay.commands.base import Command
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import REPLAY_ONLY, Settings
 from relay.records import Status
 from relay.store.operations import Actor
-
-#: The settings a replay reads: the outbox, the events broker and what names the messages.
-USES = DATABASE_ONLY | {
-    "broker_url",
-    "events_url",
-    "exchange",
-    "source",
-    "delete_on_send",
-    "retention_seconds",
-    "confirm_timeout_seconds",
-}
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -137,7 +126,7 @@ COMMAND = Command(
     "publish sent events again to one existing queue (and no other)",
     _arguments,
     _run,
-    uses=frozenset(USES),
+    uses=REPLAY_ONLY,
     parser_options={
         "description": (
             "Publish sent events again, to QUEUE alone, as they were first sent plus an "
@@ -148,4 +137,4 @@ COMMAND = Command(
     },
 )
 
-__all__ = ["COMMAND", "USES"]
+__all__ = ["COMMAND"]
