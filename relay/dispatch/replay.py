@@ -10,7 +10,8 @@ From Python::
     if not report.complete:
         print(report.describe())  # how far it got, and where to resume from
 
-Only ``sent`` rows are replayed, read a page at a time in id order (so a key's events keep their
+Only ``sent`` rows are replayed, those sent when the replay starts (its horizon: the highest id
+then selected), read a page at a time in id order (so a key's events keep their
 order) and published to the queue alone (:mod:`relay.publishers.replay`), a window at a time,
 each window confirmed before the next; the rows are never changed. A replay stops at the first
 event the broker did not confirm, or when told to stop (``stop``: the CLI sets it on SIGTERM),
@@ -137,14 +138,15 @@ def replay(
         report = ReplayReport(
             replay_id=uuid.uuid4().hex,
             queue=to_queue,
-            matched=ops.count_sent(f, after=after),
+            matched=0,
             after=after,
             dry_run=dry_run,
             selector=f.as_dict(),
         )
+        report.matched, horizon = ops.sent_extent(f, after=after)
         url = settings.events_connection_url
         check_queue(url, settings.exchange, to_queue, timeout=settings.confirm_timeout_seconds)
-        if dry_run or report.matched == 0:
+        if dry_run or horizon is None:
             return report
         source = settings.source or default_source(ops.engine.url)
         publisher = for_queue(
@@ -155,7 +157,7 @@ def replay(
             confirm_timeout=settings.confirm_timeout_seconds,
         )
         try:
-            _run(ops, f, publisher, report, source, rate, stop, on_window)
+            _run(ops, f, horizon, publisher, report, source, rate, stop, on_window)
         finally:
             publisher.close()
             _record(ops, actor, f, report, source)
@@ -168,6 +170,7 @@ def replay(
 def _run(
     ops: OperationsStore,
     f: EventFilter,
+    horizon: int,
     publisher: Publisher,
     report: ReplayReport,
     source: str,
@@ -180,7 +183,7 @@ def _run(
     counted = _counter(source)
     cursor = report.after
     while True:
-        page = ops.sent_events(f, after=cursor, limit=PAGE, source=source)
+        page = ops.sent_events(f, after=cursor, horizon=horizon, limit=PAGE, source=source)
         if not page:
             return
         cursor = page[-1].id

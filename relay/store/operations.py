@@ -197,21 +197,22 @@ class OperationsStore(BaseStore):
             return done
 
     def sent_events(
-        self, f: EventFilter, *, after: int | None, limit: int, source: str
+        self, f: EventFilter, *, after: int | None, horizon: int, limit: int, source: str
     ) -> list[ClaimedEvent]:
-        """A page of the sent rows ``f`` selects, by id after ``after``, as the claim builds them
-        (``source``: the outbox's CloudEvents source), so a replay's messages are the originals."""
+        """A page of the sent rows ``f`` selects, by id after ``after`` up to ``horizon``, as
+        the claim builds them (``source``: the outbox's CloudEvents source), so a replay's
+        messages are the originals."""
+        stmt = self.ops.sent_rows(self.ops.matching(f), limit, after, horizon)
         with self._tx() as conn:
-            rows = conn.execute(self.ops.sent_rows(self.ops.matching(f), limit, after)).all()
+            rows = conn.execute(stmt).all()
         return ClaimedEvent.from_claims(rows, json_loads_many, source)
 
-    def count_sent(self, f: EventFilter, *, after: int | None = None) -> int:
-        """How many sent rows ``f`` selects (after id ``after``)."""
-        matching = sa.and_(outbox.c.status == Status.SENT.value, self.ops.matching(f))
-        if after is not None:
-            matching = sa.and_(matching, outbox.c.id > after)
+    def sent_extent(self, f: EventFilter, *, after: int | None = None) -> tuple[int, int | None]:
+        """How many sent rows ``f`` selects (after id ``after``), and the highest such id (a
+        replay's horizon: rows sent after it started are not part of it)."""
         with self._tx() as conn:
-            return self._count(conn, matching)
+            n, last = conn.execute(self.ops.sent_extent(self.ops.matching(f), after)).one()
+        return int(n), None if last is None else int(last)
 
     def audit(
         self,

@@ -117,14 +117,24 @@ class Operations:
         return stmt.order_by(outbox.c.id).limit(limit)
 
     def sent_rows(
-        self, matching: ColumnElement[bool], limit: int, after: int | None
+        self, matching: ColumnElement[bool], limit: int, after: int | None, horizon: int
     ) -> Select[Any]:
-        """Sent rows ``matching`` selects, as a claim returns them, by id after ``after``: a
-        replay's page (keyset on the primary key, never OFFSET)."""
-        stmt = select(*self.dialect.claim_columns()).where(outbox.c.status == SENT, matching)
+        """Sent rows ``matching`` selects, as a claim returns them, by id after ``after`` up to
+        ``horizon``: a replay's page (keyset on the primary key, never OFFSET)."""
+        stmt = select(*self.dialect.claim_columns()).where(
+            outbox.c.status == SENT, matching, outbox.c.id <= horizon
+        )
         if after is not None:
             stmt = stmt.where(outbox.c.id > after)
         return stmt.order_by(outbox.c.id).limit(limit)
+
+    def sent_extent(self, matching: ColumnElement[bool], after: int | None) -> Select[int, Any]:
+        """How many sent rows ``matching`` selects after id ``after``, and the last one's id:
+        a replay's size and horizon."""
+        where = [outbox.c.status == SENT, matching]
+        if after is not None:
+            where.append(outbox.c.id > after)
+        return select(func.count(), func.max(outbox.c.id)).where(*where)
 
     def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
         """How many rows ``matching`` selects."""

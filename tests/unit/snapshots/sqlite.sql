@@ -301,6 +301,11 @@ SELECT coalesce(sum(outbox_sent_counts.sent), ?) AS coalesce_1
 FROM outbox_sent_counts
 WHERE outbox_sent_counts.minute > CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - ?;
 
+-- sent_extent: How many sent rows ``matching`` selects after id ``after``, and the last one's id:
+SELECT count(*) AS count_1, max(outbox.id) AS max_1
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ?;
+
 -- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
 SELECT CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / (sum(outbox_sent_counts.sent) + 0.0) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
 FROM outbox_sent_counts
@@ -311,10 +316,10 @@ SELECT floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 
 FROM outbox
 WHERE outbox.sent_at >= strftime(?, 'now', printf(?, ?)) GROUP BY floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0));
 
--- sent_rows: Sent rows ``matching`` selects, as a claim returns them, by id after ``after``: a
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, by id after ``after`` up to
 SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
 FROM outbox
-WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ? ORDER BY outbox.id
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id <= ? AND outbox.id > ? ORDER BY outbox.id
  LIMIT ? OFFSET ?;
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
