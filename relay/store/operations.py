@@ -197,22 +197,26 @@ class OperationsStore(BaseStore):
             return done
 
     def sent_events(
-        self, f: EventFilter, *, after: int | None, horizon: int, limit: int, source: str
+        self, f: EventFilter, *, after: int, horizon: int, source: str
     ) -> list[ClaimedEvent]:
-        """A page of the sent rows ``f`` selects, by id after ``after`` up to ``horizon``, as
-        the claim builds them (``source``: the outbox's CloudEvents source), so a replay's
-        messages are the originals."""
-        stmt = self.ops.sent_rows(self.ops.matching(f), limit, after, horizon)
+        """The sent rows ``f`` selects with ids in ``(after, horizon]``, by id, as the claim
+        builds them (``source``: the outbox's CloudEvents source), so a replay's messages are
+        the originals."""
+        stmt = self.ops.sent_rows(self.ops.matching(f), after, horizon)
         with self._tx() as conn:
             rows = conn.execute(stmt).all()
         return ClaimedEvent.from_claims(rows, json_loads_many, source)
 
-    def sent_extent(self, f: EventFilter, *, after: int | None = None) -> tuple[int, int | None]:
-        """How many sent rows ``f`` selects (after id ``after``), and the highest such id (a
-        replay's horizon: rows sent after it started are not part of it)."""
+    def sent_extent(
+        self, f: EventFilter, *, after: int | None = None
+    ) -> tuple[int, tuple[int, int] | None]:
+        """How many sent rows ``f`` selects (after id ``after``), and the lowest and highest
+        such ids (None: none); the highest is a replay's horizon (rows sent after it started
+        are not part of it)."""
         with self._tx() as conn:
-            n, last = conn.execute(self.ops.sent_extent(self.ops.matching(f), after)).one()
-        return int(n), None if last is None else int(last)
+            stmt = self.ops.sent_extent(self.ops.matching(f), after)
+            n, first, last = conn.execute(stmt).one()
+        return int(n), None if last is None else (int(first), int(last))
 
     def audit(
         self,

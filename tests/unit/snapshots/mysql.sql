@@ -293,8 +293,8 @@ SELECT coalesce(sum(outbox_sent_counts.sent), %s) AS coalesce_1
 FROM outbox_sent_counts
 WHERE outbox_sent_counts.minute > CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - %s;
 
--- sent_extent: How many sent rows ``matching`` selects after id ``after``, and the last one's id:
-SELECT count(*) AS count_1, max(outbox.id) AS max_1
+-- sent_extent: How many sent rows ``matching`` selects after id ``after``, and the first and last
+SELECT count(*) AS count_1, min(outbox.id) AS min_1, max(outbox.id) AS max_1
 FROM outbox
 WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s;
 
@@ -308,11 +308,10 @@ SELECT floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1
 FROM outbox
 WHERE outbox.sent_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) GROUP BY floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0);
 
--- sent_rows: Sent rows ``matching`` selects, as a claim returns them, by id after ``after`` up to
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
 SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
 FROM outbox
-WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id <= %s AND outbox.id > %s ORDER BY outbox.id
- LIMIT %s;
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s AND outbox.id <= %s ORDER BY outbox.id;
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %s THEN %s WHEN %s THEN %s ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);
