@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-quick lint format bench bench-quick docs docs-config clean
+.PHONY: setup demo test test-quick lint format bench bench-quick docs docs-config dist release-check clean
 
 $(BIN)/relay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -57,5 +57,22 @@ docs: setup docs-config
 docs-config: setup
 	$(BIN)/python -m tools.settings_page docs/configuration.md
 
+# The release's files: sdist and wheel into dist/, their metadata and README checked by twine.
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
+# The wheel as a user gets it: a fresh virtualenv with the runtime dependencies only, `relay demo`
+# run from a folder away from the checkout (whose relay/ would otherwise shadow the wheel).
+WHEEL_VENV ?= .venv-wheel
+
+release-check: dist
+	rm -rf $(WHEEL_VENV)
+	$(PY) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install --quiet --upgrade pip
+	$(WHEEL_VENV)/bin/pip install --quiet dist/*.whl
+	run=$$(mktemp -d) && cd "$$run" && $(CURDIR)/$(WHEEL_VENV)/bin/relay demo && rm -rf "$$run"
+
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker* site
+	rm -rf $(VENV) $(DEMO_VENV) $(WHEEL_VENV) dist .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker* site

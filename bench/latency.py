@@ -38,7 +38,8 @@ from sqlalchemy.orm import Session
 import relay
 from bench import procs, services
 from bench.timing import Arrivals, latency_summary
-from relay.celery import Waker, celery_config
+from relay.celery import celery_config
+from relay.celery.wakeup import Waker
 from relay.config import Settings
 from relay.store.engine import create_engine
 from relay.store.schema import outbox

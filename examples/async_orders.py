@@ -33,8 +33,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import relay.aio
+from relay import transport_options
 from relay.exceptions import EventError
-from relay.publishers import transports
 
 DATABASE_URL = os.environ.get("ORDERS_DATABASE_URL", "sqlite+aiosqlite:///relay.sqlite3")
 BROKER_URL = os.environ.get("RELAY_BROKER_URL", "filesystem://")  # the relay's defaults
@@ -97,7 +97,7 @@ def _events_queue(channel: object) -> kombu.Queue:
 def main(command: str) -> None:
     """``bind``: declare the queue the relay's ``order.*`` events land in; ``read``: print and
     remove what is in it."""
-    options = transports.transport_options(BROKER_URL)
+    options = transport_options(BROKER_URL)
     with kombu.Connection(BROKER_URL, transport_options=options) as conn:
         queue = _events_queue(conn.default_channel)
         if command == "bind":

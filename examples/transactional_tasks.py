@@ -17,9 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from celery import Celery
 
-from relay.publishers import transports
-from relay.store import migrate
-from relay.store.engine import create_engine
+from relay import create_engine, migrate, transport_options
 
 DATABASE_URL = "sqlite:///relay.sqlite3"  # the relay's default RELAY_DATABASE_URL
 BROKER_URL = "filesystem://"  # the relay's default RELAY_BROKER_URL: ./relay-broker
@@ -27,7 +25,7 @@ BROKER_URL = "filesystem://"  # the relay's default RELAY_BROKER_URL: ./relay-br
 app = Celery("shop", broker=BROKER_URL, task_cls="relay.celery:TransactionalTask")
 app.conf.update(
     task_default_queue="shop",
-    broker_transport_options=transports.transport_options(BROKER_URL),
+    broker_transport_options=transport_options(BROKER_URL),
     task_ignore_result=True,
 )
 engine = create_engine(DATABASE_URL)
@@ -47,7 +45,7 @@ def charge(order_id: int) -> None:
 
 
 def place_orders() -> None:
-    migrate.upgrade(DATABASE_URL)
+    migrate(DATABASE_URL)
     orders.metadata.create_all(engine)
     with engine.begin() as conn:  # commits: the order and its task
         order_id = conn.execute(sa.insert(orders).values(id=1, total=42)).inserted_primary_key[0]

@@ -25,18 +25,15 @@ holds it, with no circle):
   (the web console), ``commands/`` (one module per ``relay`` command); ``testing`` ships the
   in-memory doubles.
 
-The producer API is loaded on first use, so importing a light layer (``relay.policy``,
-``relay.config``) never pulls SQLAlchemy in.
+The public API is ``relay.__all__`` and the ``__all__`` of the modules the API reference
+(docs/api.md) lists; every other module and name is internal and may move in any release.
+The producer API and the database helpers are loaded on first use, so importing a light layer
+(``relay.policy``, ``relay.config``) never pulls SQLAlchemy in.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from relay.config import Settings
@@ -52,7 +49,11 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
+    from relay.dispatch.replay import ReplayReport, replay
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
+    from relay.publishers.transports import transport_options
+    from relay.store.engine import create_engine
+    from relay.store.migrate import upgrade as migrate
 
 __all__ = [
     "BrokerUnavailable",
@@ -62,81 +63,36 @@ __all__ = [
     "Producer",
     "PublishError",
     "RelayError",
+    "ReplayReport",
     "Settings",
     "Status",
     "StoreError",
     "configure",
+    "create_engine",
     "enqueue",
     "lock_keys",
+    "migrate",
+    "replay",
+    "transport_options",
 ]
 __version__ = "0.1.0"
 
-_LAZY = {"Producer", "configure", "enqueue", "lock_keys"}
+#: The names loaded on first use: ``(module, attribute)``.
+_LAZY = {
+    "Producer": ("relay.produce.enqueue", "Producer"),
+    "configure": ("relay.produce.enqueue", "configure"),
+    "enqueue": ("relay.produce.enqueue", "enqueue"),
+    "lock_keys": ("relay.produce.enqueue", "lock_keys"),
+    "create_engine": ("relay.store.engine", "create_engine"),
+    "migrate": ("relay.store.migrate", "upgrade"),
+    "transport_options": ("relay.publishers.transports", "transport_options"),
+    "replay": ("relay.dispatch.replay", "replay"),
+    "ReplayReport": ("relay.dispatch.replay", "ReplayReport"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from relay.produce import enqueue as producer
-
-        return getattr(producer, name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'relay' has no attribute {name!r}")
-
-
-#: Modules that moved into the package's rooms, by their old path: ``import relay.engine`` and
-#: ``from relay.inbox import claim`` keep working and give the module at its new home.
-MOVED = {
-    "relay.cli": "relay.commands",
-    "relay.commands.cli": "relay.commands",
-    "relay.consumer": "relay.consume.consumer",
-    "relay.deadletters": "relay.consume.deadletters",
-    "relay.demo": "relay.commands.demo_run",
-    "relay.demo_report": "relay.commands.demo_report",
-    "relay.dialects": "relay.store.dialects",
-    "relay.dispatcher": "relay.dispatch.dispatcher",
-    "relay.doctor": "relay.commands.doctor",
-    "relay.engine": "relay.store.engine",
-    "relay.filters": "relay.store.filters",
-    "relay.inbox": "relay.consume.inbox",
-    "relay.lease": "relay.dispatch.lease",
-    "relay.listener": "relay.dispatch.watch",
-    "relay.message": "relay.publishers.message",
-    "relay.metrics": "relay.observe.metrics",
-    "relay.migrate": "relay.store.migrate",
-    "relay.operate": "relay.commands.rows",
-    "relay.probes": "relay.commands.probe",
-    "relay.producer": "relay.produce.enqueue",
-    "relay.schema": "relay.store.schema",
-    "relay.timestamps": "relay.store.timestamps",
-    "relay.tracing": "relay.observe.tracing",
-    "relay.timing": "relay.config.timing",
-    "relay.transports": "relay.publishers.transports",
-    "relay.urls": "relay.config.urls",
-    "relay.watch": "relay.commands.status",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds a moved module under its old name and hands back the module itself."""
-
-    def __init__(self) -> None:
-        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
-
-    def find_spec(
-        self, fullname: str, path: Any = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        module = importlib.import_module(MOVED[spec.name])
-        # The import system stamps the alias's spec on what this returns; keep the real one.
-        self._specs[module.__name__] = module.__spec__
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
-
-
-if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModules())

@@ -105,3 +105,19 @@ class BrokerBlocked(BrokerUnavailable):
     """The events broker blocked publishing (a resource alarm)."""
 
     outage = False
+
+
+__all__ = [
+    "BrokerBlocked",
+    "BrokerUnavailable",
+    "ConfigError",
+    "DatabaseUnavailable",
+    "EventError",
+    "EventUnsendable",
+    "MessageRefused",
+    "PublishError",
+    "RelayError",
+    "ReplayRefused",
+    "SelectorError",
+    "StoreError",
+]

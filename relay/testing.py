@@ -298,3 +298,6 @@ def _claimed(row: Row, source: str) -> ClaimedEvent:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+__all__ = ["InMemoryPublisher", "InMemoryStore", "Row"]

@@ -28,20 +28,10 @@ from typing import Any
 from celery import Celery
 
 from relay.celery.acks import PromptAcks
-from relay.celery.databases import Runtimes, backlogs, drain_budget, fleet_tick
-from relay.celery.events import EventConsumerStep, on_event
-from relay.celery.fleet import (
-    PURGE_BATCH_SIZE,
-    PURGE_MAX_BATCHES,
-    celery_config,
-    create_app,
-    fanout,
-    install,
-)
-from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_INBOX, PURGE_SENT, TICK
-from relay.celery.runtime import Runtime
-from relay.celery.transactional import TaskMessage, TransactionalTask, send_task, task_message
-from relay.celery.wakeup import Waker, enable_wakeup
+from relay.celery.events import on_event
+from relay.celery.fleet import celery_config, create_app, install
+from relay.celery.transactional import TransactionalTask, send_task
+from relay.celery.wakeup import enable_wakeup
 
 app: Celery
 
@@ -55,29 +45,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CLAIM_AND_DISPATCH",
-    "PURGE_BATCH_SIZE",
-    "PURGE_INBOX",
-    "PURGE_MAX_BATCHES",
-    "PURGE_SENT",
-    "TICK",
-    "EventConsumerStep",
     "PromptAcks",
-    "Runtime",
-    "Runtimes",
-    "TaskMessage",
     "TransactionalTask",
-    "Waker",
     "app",
-    "backlogs",
     "celery_config",
     "create_app",
-    "drain_budget",
     "enable_wakeup",
-    "fanout",
-    "fleet_tick",
     "install",
     "on_event",
     "send_task",
-    "task_message",
 ]

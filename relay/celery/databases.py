@@ -2,30 +2,80 @@
 :class:`~relay.celery.runtime.Runtime` per database in each worker process (each on one
 connection, given back after each task), and the tick that shares the fan-out between them.
 
-A fleet tick does no claim of its own: it counts each database's claimable rows (a bounded
-count, the databases asked in parallel so one that is down costs only its own timeout) and
-sends ``claim_and_dispatch(source=NAME)`` tasks as :func:`relay.policy.share_fanout` deals
-them: every database with work gets one before any gets a second, ``RELAY_MAX_FANOUT`` in all.
-A database's drain in such a fleet stops after one tick (:func:`drain_budget`), so a worker
-process held by the busy database is free again for the next tick's tasks, which reach the
-queue interleaved.
+A fleet tick does no claim of its own: it counts the claimable rows of the databases that may
+have some (a bounded count, the databases asked in parallel so one that is down costs only its
+own timeout) and sends ``claim_and_dispatch(source=NAME)`` tasks as
+:func:`relay.policy.share_fanout` deals them: every database with work gets one before any gets
+a second, ``RELAY_MAX_FANOUT`` in all. A database's drain in such a fleet stops after one tick
+(:func:`drain_budget`), so a worker process held by the busy database is free again for the
+next tick's tasks, which reach the queue interleaved.
+
+Which databases a tick counts (:class:`CountPlan`): on PostgreSQL, one statement per *server*
+reads how many rows each database has written (inserted, updated, deleted: new events, claims,
+outcomes), and only those whose figure moved since this process last looked are counted, plus
+each database every :data:`COUNT_NET_SECONDS` (rows that become due with no write: a retry's
+backoff ending, a lease expiring); the other databases are counted every tick. So an idle
+PostgreSQL database costs no connection between its nets, where it cost one every tick.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 from relay.celery.names import TICK
 from relay.celery.runtime import Runtime
 from relay.config import Settings
 from relay.config.databases import each, several
+from relay.exceptions import RelayError
 from relay.policy import share_fanout
 
 log = logging.getLogger(__name__)
+
+#: A database whose written-rows figure did not move is still counted this often by each
+#: worker process's ticks (and its tick heartbeat written then, for ``relay doctor``).
+COUNT_NET_SECONDS = 10.0
+
+
+@dataclass
+class CountPlan:
+    """Which databases one worker process's tick counts (pure: figures and times passed in).
+
+    A database is counted when its written-rows figure is unknown (not PostgreSQL, or its
+    server did not answer), moved since this process last saw it, or was last counted
+    :attr:`net` seconds ago or more. Ticks land on any worker process, each with its own
+    plan: a process that looked longer ago sees more moves, so more counts, never fewer."""
+
+    net: float = COUNT_NET_SECONDS
+    seen: dict[str, int] = field(default_factory=dict)
+    counted_at: dict[str, float] = field(default_factory=dict)
+
+    def choose(self, names: Sequence[str], written: Mapping[str, int], now: float) -> list[str]:
+        return [
+            n
+            for n in names
+            if n not in written
+            or self.seen.get(n) != written[n]
+            or now - self.counted_at.get(n, -math.inf) >= self.net
+        ]
+
+    def due_for_net(self, name: str, now: float) -> bool:
+        """Whether this count is ``name``'s net (its heartbeat is written then)."""
+        return now - self.counted_at.get(name, -math.inf) >= self.net
+
+    def counted(self, names: Sequence[str], written: Mapping[str, int], now: float) -> None:
+        for n in names:
+            if self.due_for_net(n, now):
+                self.counted_at[n] = now
+            if n in written:
+                self.seen[n] = written[n]
 
 
 class Runtimes:
@@ -36,6 +86,10 @@ class Runtimes:
         self.several = several(settings)
         self.by_name = {name: Runtime(s, one_connection=self.several) for name, s in each(settings)}
         self._turns = itertools.count()
+        #: The tick's choice of databases to count, and its statistics readers (this process's).
+        self.plan = CountPlan()
+        self._stats: list[tuple[Any, dict[str, str]]] | None = None
+        self._stats_pid = 0
 
     def __iter__(self) -> Iterator[tuple[str, Runtime]]:
         return iter(self.by_name.items())
@@ -61,8 +115,29 @@ class Runtimes:
         """This process's tick count, rotating who goes first when tasks are short."""
         return next(self._turns)
 
+    def written(self) -> dict[str, int]:
+        """Each PostgreSQL database's written-rows figure, one statement per server on a
+        connection closed after it; a server that does not answer leaves its databases out
+        (so they are counted)."""
+        if self._stats is None or self._stats_pid != os.getpid():
+            from relay.dispatch.serverwatch import stats_by_server
+
+            self._stats, self._stats_pid = stats_by_server(self.settings), os.getpid()
+        found: dict[str, int] = {}
+        for stats, names in self._stats:
+            try:
+                figures = stats.inserted()
+            except RelayError as exc:
+                log.debug("relay tick: statistics of a server unknown: %s", exc)
+                continue
+            finally:
+                stats.close()
+            found.update({names[d]: n for d, n in figures.items() if d in names})
+        return found
+
     # Signal handlers: each database's runtime follows the worker's process life.
     def forget(self, *args: Any, **kwargs: Any) -> None:
+        self._stats = None
         for rt in self.by_name.values():
             rt.forget(*args, **kwargs)
 
@@ -83,16 +158,29 @@ def drain_budget(settings: Settings, runtimes: Runtimes) -> float | None:
     return min(settings.drain_budget_seconds, max(settings.tick_seconds, 0.5))
 
 
-def backlogs(runtimes: Runtimes, limit: int, timeout: float) -> dict[str, int]:
-    """Each database's claimable rows, counted up to ``limit``, asked in parallel; a database
-    that fails or does not answer within ``timeout`` counts as one row, so it still gets a
-    task whose own claim reports (and retries) its outage."""
+def backlogs(
+    runtimes: Runtimes,
+    limit: int,
+    timeout: float,
+    names: Sequence[str] | None = None,
+    heartbeat: Callable[[str], bool] = lambda _: True,
+) -> dict[str, int]:
+    """The claimable rows of each database in ``names`` (None: all), counted up to ``limit``,
+    asked in parallel; a database that fails or does not answer within ``timeout`` counts as
+    one row, so it still gets a task whose own claim reports (and retries) its outage. Where
+    ``heartbeat(name)``, the count also writes the tick's heartbeat there."""
     found: dict[str, int] = {}
+    chosen = list(runtimes.by_name) if names is None else list(names)
+    if not chosen:
+        return found
     # At most RELAY_MAX_CONNECTIONS at once, each given back after its count.
-    most = min(len(runtimes.by_name), runtimes.settings.max_connections)
+    most = min(len(chosen), runtimes.settings.max_connections)
     pool = ThreadPoolExecutor(max_workers=most, thread_name_prefix="relay-count")
     try:
-        asked = {pool.submit(_beat_and_count, rt, limit): name for name, rt in runtimes}
+        asked = {
+            pool.submit(_beat_and_count, runtimes.by_name[name], limit, heartbeat(name)): name
+            for name in chosen
+        }
         done, _ = wait(asked, timeout=timeout)
         for future, name in asked.items():
             try:
@@ -105,9 +193,10 @@ def backlogs(runtimes: Runtimes, limit: int, timeout: float) -> dict[str, int]:
     return found
 
 
-def _beat_and_count(runtime: Runtime, limit: int) -> int:
+def _beat_and_count(runtime: Runtime, limit: int, heartbeat: bool) -> int:
     with runtime.held():
-        runtime.operations().beat(TICK)  # `relay doctor --source NAME`: when beat last ticked
+        if heartbeat:  # `relay doctor --source NAME`: when beat last ticked
+            runtime.operations().beat(TICK)
         return runtime.store().backlog(limit)
 
 
@@ -116,7 +205,17 @@ def fleet_tick(
 ) -> dict[str, int]:
     """One tick of a fleet over several databases: count, share, send; the tasks per name."""
     s = settings
-    counts = backlogs(runtimes, s.batch_size * s.max_fanout, timeout=max(0.2, s.tick_seconds / 2))
+    now = time.monotonic()
+    written = runtimes.written()
+    names = runtimes.plan.choose(list(runtimes.by_name), written, now)
+    counts = backlogs(
+        runtimes,
+        s.batch_size * s.max_fanout,
+        timeout=max(0.2, s.tick_seconds / 2),
+        names=names,
+        heartbeat=lambda name: runtimes.plan.due_for_net(name, now),
+    )
+    runtimes.plan.counted(names, written, now)
     sends = share_fanout(counts, s.batch_size, s.max_fanout, turn=runtimes.turn())
     for name in sends:
         send(name)

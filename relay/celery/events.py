@@ -15,7 +15,6 @@ import kombu
 from celery import Celery, bootsteps
 from sqlalchemy import Engine
 
-from relay.celery.fleet import PURGE_BATCH_SIZE
 from relay.celery.names import PURGE_INBOX
 from relay.config import Settings
 from relay.consume import inbox
@@ -139,9 +138,9 @@ def _install_inbox_purge(app: Celery, registry: _EventQueues, retention: float) 
         for engine in {id(h.engine): h.engine for h in registry.queues.values()}.values():
             while True:
                 with engine.begin() as conn:
-                    n = inbox.purge(conn, retention, batch_size=PURGE_BATCH_SIZE)
+                    n = inbox.purge(conn, retention)
                 deleted += n
-                if n < PURGE_BATCH_SIZE:
+                if n < inbox.PURGE_BATCH_SIZE:
                     break
         log.info("purged %d inbox rows older than %gs", deleted, retention)
         return deleted

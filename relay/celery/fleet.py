@@ -33,10 +33,6 @@ from relay.publishers import transports
 
 log = logging.getLogger(__name__)
 
-#: Rows per purge transaction of the inbox purge, and the cap the sent-row purge had before it
-#: paced itself (:mod:`relay.dispatch.purger`); kept for importers.
-PURGE_BATCH_SIZE, PURGE_MAX_BATCHES = 1000, 1000
-
 
 def fanout(backlog: int, batch_size: int, max_fanout: int) -> int:
     """Extra ``claim_and_dispatch`` tasks a tick sends beside its own drain (see module doc)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from relay.commands.base import Command
-from relay.config import CONSOLE_ONLY, Settings
+from relay.config import Settings
+from relay.config.settings import CONSOLE_ONLY
 from relay.exceptions import ConfigError
 
 

@@ -30,7 +30,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.celery import TICK, create_app
+from relay.celery import create_app
+from relay.celery.names import TICK
 from relay.commands.demo_report import Ledger, Outcome, Progress, judge, summarize
 from relay.config import Settings
 from relay.config.urls import redact

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from relay.commands.base import Command
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import Settings
+from relay.config.settings import DATABASE_ONLY
 from relay.config.urls import redact
 
 

@@ -18,7 +18,8 @@ import sys
 import time
 
 from relay.commands.base import Command
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import Settings
+from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import BrokerUnavailable, ConfigError, StoreError
 
 

@@ -6,7 +6,8 @@ import argparse
 
 from relay.commands import base
 from relay.commands.base import Command
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import Settings
+from relay.config.settings import DATABASE_ONLY
 from relay.store.filters import parse_duration
 
 

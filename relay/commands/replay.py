@@ -16,7 +16,8 @@ from typing import Any
 
 from relay.commands import rows
 from relay.commands.base import Command
-from relay.config import REPLAY_ONLY, Settings
+from relay.config import Settings
+from relay.config.settings import REPLAY_ONLY
 from relay.records import Status
 from relay.store.operations import Actor
 
@@ -56,11 +57,11 @@ def _rate(text: str) -> float:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from relay.dispatch.replay import replay
+    from relay.dispatch.replay import replay_selected
 
     stop = threading.Event()
     with _stopping_on_signals(stop):
-        report = replay(
+        report = replay_selected(
             settings,
             rows.event_filter(args, (Status.SENT,)),
             to_queue=args.to_queue,

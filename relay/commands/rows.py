@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from relay.commands import base
 from relay.commands.base import Command
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import Settings
+from relay.config.settings import DATABASE_ONLY
 from relay.records import Status
 from relay.store.filters import EventFilter, parse_duration, parse_when
 

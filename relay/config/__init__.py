@@ -6,35 +6,6 @@ in :mod:`relay.config.settings`, the parsing of each ``RELAY_*`` value in :mod:`
 
 from __future__ import annotations
 
-from relay.config.checks import MIN_TOKEN_LENGTH
-from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, max_payload_bytes_from_env
-from relay.config.settings import (
-    CONFIRM_SHARE_OF_LEASE,
-    CONSOLE_ONLY,
-    DATABASE_ONLY,
-    DEFAULT_BROKER_URL,
-    DEFAULT_DATABASE_URL,
-    POLLED_IDLE_SECONDS,
-    POLLED_TICK_SECONDS,
-    REPLAY_ONLY,
-    Settings,
-    env_fields,
-    env_name,
-)
+from relay.config.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 
-__all__ = [
-    "CONFIRM_SHARE_OF_LEASE",
-    "CONSOLE_ONLY",
-    "DATABASE_ONLY",
-    "DEFAULT_BROKER_URL",
-    "DEFAULT_DATABASE_URL",
-    "DEFAULT_MAX_PAYLOAD_BYTES",
-    "MIN_TOKEN_LENGTH",
-    "POLLED_IDLE_SECONDS",
-    "POLLED_TICK_SECONDS",
-    "REPLAY_ONLY",
-    "Settings",
-    "env_fields",
-    "env_name",
-    "max_payload_bytes_from_env",
-]
+__all__ = ["DEFAULT_BROKER_URL", "DEFAULT_DATABASE_URL", "Settings"]

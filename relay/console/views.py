@@ -132,8 +132,8 @@ def replay(
     actor: Actor,
 ) -> ReplayReport:
     """Replay the sent rows ``f`` selects to the queue ``values`` names (``to_queue``), from
-    ``after`` and at ``rate`` if given (:func:`relay.dispatch.replay.replay`)."""
-    from relay.dispatch.replay import replay as run
+    ``after`` and at ``rate`` if given (:func:`relay.dispatch.replay.replay_selected`)."""
+    from relay.dispatch.replay import replay_selected as run
 
     queue = _text(values, "to_queue")
     if queue is None:

@@ -25,6 +25,8 @@ from relay.store import dialects
 #: Both columns are VARCHAR(255): a longer value would be refused (or, on MySQL's INSERT
 #: IGNORE, truncated into a false duplicate), so it is refused here first.
 MAX_NAME_BYTES = 255
+#: Rows one :func:`purge` call deletes at most, by default.
+PURGE_BATCH_SIZE = 1000
 
 
 def claim(session_or_connection: Session | Connection, consumer: str, message_id: str) -> bool:
@@ -43,7 +45,9 @@ def claim(session_or_connection: Session | Connection, consumer: str, message_id
     return result.rowcount == 1
 
 
-def purge(conn: Connection, older_than_seconds: float, *, batch_size: int = 1000) -> int:
+def purge(
+    conn: Connection, older_than_seconds: float, *, batch_size: int = PURGE_BATCH_SIZE
+) -> int:
     """Delete inbox rows received more than ``older_than_seconds`` ago, at most ``batch_size``;
     returns how many. Call it until it returns less than ``batch_size``."""
     dialect = dialects.for_name(conn.dialect.name)

@@ -18,7 +18,6 @@ from relay import publishers
 from relay.config import Settings, timing
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
 from relay.exceptions import StoreError
-from relay.ordering import BEHIND_A_FAILURE, hold_back_after_failures
 from relay.policy import Backoff, BatchSizer, IdlePoll
 from relay.publishers import Publisher
 from relay.store.dispatch import DispatchStore
@@ -202,11 +201,9 @@ def _rest(event: threading.Event, seconds: float, on_pass: Callable[[], None] | 
 
 
 __all__ = [
-    "BEHIND_A_FAILURE",
     "EXPIRED",
     "Batch",
     "Dispatcher",
     "Report",
-    "hold_back_after_failures",
     "make_worker_id",
 ]

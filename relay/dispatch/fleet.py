@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from relay.config import Settings, env_fields, env_name, timing
+from relay.config import Settings, timing
 from relay.config.databases import each
+from relay.config.settings import env_fields, env_name
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
 from relay.policy import Backoff

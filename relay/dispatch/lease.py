@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    """Renews a batch's lease every third of the lease (:mod:`relay.timing`) until stopped.
+    """Renews a batch's lease every third of the lease (:mod:`relay.config.timing`) until stopped.
 
     Started when the batch is claimed and stopped once its outcomes are recorded, so a live
     worker's lease never runs out under it however long the broker takes; a worker that is

@@ -1,14 +1,14 @@
 """Replaying sent events to one queue: ``relay replay``, the console, and scripts.
 
-From Python::
+The public entry point is :func:`replay`, re-exported as ``relay.replay``::
 
-    from relay.config import Settings
-    from relay.dispatch.replay import replay
-    from relay.store.filters import EventFilter
+    import relay
 
-    report = replay(Settings.from_env(), EventFilter(event_type="order.*"), to_queue="billing")
+    report = relay.replay("billing", event_type="order.*", since=timedelta(hours=24))
     if not report.complete:
-        print(report.describe())  # how far it got, and where to resume from
+        print(report.describe())  # how far it got; resume with after=report.resume_after
+
+The CLI and the console call :func:`replay_selected` with their parsed filter.
 
 Only ``sent`` rows are replayed, those sent when the replay starts (its horizon: the highest id
 then selected), read a page at a time in id order (so a key's events keep their
@@ -28,11 +28,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from relay.config import Settings
+from relay.config.databases import pick
+from relay.config.settings import REPLAY_ONLY
 from relay.exceptions import ReplayRefused, StoreError
 from relay.publishers import Publisher
 from relay.publishers.replay import check_queue, for_queue
@@ -106,6 +109,58 @@ class ReplayReport:
 
 
 def replay(
+    to_queue: str,
+    ids: Sequence[int] = (),
+    *,
+    event_type: str | None = None,
+    key: str | None = None,
+    error: str | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    all_sent: bool = False,
+    after: int | None = None,
+    dry_run: bool = False,
+    rate: float | None = None,
+    settings: Settings | None = None,
+    source: str | None = None,
+    stop: threading.Event | None = None,
+) -> ReplayReport:
+    """Publish sent events again to the existing queue ``to_queue`` alone (the broker's default
+    exchange): the original messages plus the ``x-relay-replay`` header, in id order, confirmed,
+    the rows unchanged. Select with ``ids``, ``event_type`` (a glob: ``order.*``), ``key``,
+    ``error``, ``since``/``until`` (a time, or a duration ago), or ``all_sent=True``; nothing
+    without one (:class:`~relay.exceptions.SelectorError`). ``dry_run``: count, publish
+    nothing. ``rate``: events a second at most. ``after``: only ids above it (to resume).
+    ``settings``: default ``Settings.from_env()``; ``source``: the database of
+    ``RELAY_DATABASES`` to replay from. ``stop``: set it to stop after the window in flight.
+
+    Raises :class:`~relay.exceptions.ReplayRefused` before sending anything when the queue does
+    not exist, sent rows are deleted at send, or the rate is not positive. A replay cut short
+    (the broker, ``stop``) returns a report that is not ``complete``: call again with
+    ``after=report.resume_after``. Audited as the OS user, via ``python``."""
+    chosen = settings if settings is not None else Settings.from_env(only=REPLAY_ONLY)
+    f = EventFilter(
+        statuses=(Status.SENT,),
+        ids=tuple(ids),
+        event_type=event_type,
+        key=key,
+        error=error,
+        since=since,
+        until=until,
+        all=all_sent,
+    )
+    return replay_selected(
+        pick(chosen, source)[1],
+        f,
+        to_queue=to_queue,
+        after=after,
+        dry_run=dry_run,
+        rate=rate,
+        stop=stop,
+    )
+
+
+def replay_selected(
     settings: Settings,
     selector: EventFilter,
     *,
@@ -118,8 +173,9 @@ def replay(
     on_window: Callable[[ReplayReport], None] | None = None,
     store: OperationsStore | None = None,
 ) -> ReplayReport:
-    """Publish the sent rows ``selector`` selects (ids, filters or ``all=True``; never nothing)
-    again to queue ``to_queue`` alone, ``rate`` events a second at most; with ``dry_run``
+    """:func:`replay` with a parsed filter (the CLI's and the console's): publish the sent rows
+    ``selector`` selects (ids, filters or ``all=True``; never nothing) again to queue
+    ``to_queue`` alone, ``rate`` events a second at most; with ``dry_run``
     count them and publish nothing. ``after``: only ids above it (resuming a replay).
     ``actor``: who, for the audit (default: this OS user, via ``python``). ``on_window`` is
     called after each confirmed window. Raises :class:`~relay.exceptions.ReplayRefused` before
@@ -288,4 +344,4 @@ def _counter(source: str) -> Callable[[int], None]:
     return lambda n: child.inc(n) if n else None
 
 
-__all__ = ["PAGE", "WINDOW", "ReplayReport", "replay"]
+__all__ = ["PAGE", "WINDOW", "ReplayReport", "replay", "replay_selected"]

@@ -23,6 +23,11 @@ from relay.policy import IdlePoll
 #: that claimed rows this recently is still looked at every :data:`WARM_POLL_SECONDS` at most:
 #: the statistics reach the watcher at once only when the writer's last report is a second
 #: old (else up to 10 s later), so a trickle of one event a second is caught by the poll.
+#: The poll is a net that earns its cost: each of its looks that finds nothing the wake-ups
+#: had not already sent for doubles its wait (up to :data:`COLD_POLL_SECONDS`), and one that
+#: finds rows (the statistics came late) brings it back to :data:`WARM_POLL_SECONDS`. Where
+#: the writers' statistics come promptly (sessions that end, or a second apart) the
+#: wake-ups alone carry the trickle and the looks cost no connection.
 WARM_SECONDS = 30.0
 WARM_POLL_SECONDS = 0.5
 #: Looks a second, in all, at the warm watched databases: each look costs a connection.
@@ -54,6 +59,12 @@ class Tenant:
     parked_at: float = 0.0
     #: When a unit last claimed rows.
     busy_at: float = 0.0
+    #: A wake-up came since its last unit started (rows were committed there).
+    woken: bool = False
+    #: The unit running now (or last) was started by a wake-up, not by a poll.
+    by_wake: bool = False
+    #: The warm poll's wait now (watched databases): doubled by each empty look.
+    net: float = WARM_POLL_SECONDS
 
 
 @dataclass(slots=True)
@@ -112,11 +123,14 @@ class Schedule:
         return min(times, default=None)
 
     def wake(self, names: Iterable[str], now: float) -> None:
-        """Rows were committed there (a wake-up): due at once, polling from the floor again."""
+        """Rows were committed there (a wake-up): due at once, polling from the floor again;
+        one running now is due again as soon as its unit ends (its claim may have come before
+        the commit)."""
         for name in names:
             t = self.tenants.get(name)
             if t is not None:
                 t.poll.reset()
+                t.woken = True
                 t.due_at = min(t.due_at, now)
 
     def wake_all(self, now: float) -> None:
@@ -152,6 +166,7 @@ class Schedule:
         if level is not None:
             tenant.served = max(tenant.served, level)
         tenant.running = tenant.holding = True
+        tenant.by_wake, tenant.woken = tenant.woken, False
 
     def release(self, tenant: Tenant) -> None:
         """``tenant``'s connection was closed (idle, evicted, or lost)."""
@@ -172,8 +187,15 @@ class Schedule:
             tenant.due_at = now
             tenant.parked_at = now
             return True
+        if tenant.woken:  # rows committed while it ran: look again at once
+            tenant.due_at = now
+            return False
         if tenant.watched:
             # Drained: new rows will wake it; the look is the net under a late report.
+            if not tenant.by_wake:
+                tenant.net = (
+                    WARM_POLL_SECONDS if unit.claimed else min(COLD_POLL_SECONDS, tenant.net * 2)
+                )
             tenant.due_at = now + self.watched_poll(tenant, now)
             return False
         if unit.claimed:
@@ -185,14 +207,14 @@ class Schedule:
         return False
 
     def watched_poll(self, tenant: Tenant, now: float) -> float:
-        """How soon a drained watched database is looked at again: every
-        :data:`WARM_POLL_SECONDS` while it had rows lately, but the warm databases together
-        at most :data:`WARM_LOOKS_PER_SECOND` times a second; :data:`COLD_POLL_SECONDS` once
-        quiet."""
+        """How soon a drained watched database is looked at again: after its net's wait
+        (from :data:`WARM_POLL_SECONDS`, doubled by each empty look) while it had rows
+        lately, but the warm databases together at most :data:`WARM_LOOKS_PER_SECOND` times
+        a second; :data:`COLD_POLL_SECONDS` once quiet."""
         if now - tenant.busy_at >= WARM_SECONDS:
             return COLD_POLL_SECONDS
         warm = sum(1 for t in self.tenants.values() if t.watched and now - t.busy_at < WARM_SECONDS)
-        return max(WARM_POLL_SECONDS, warm / WARM_LOOKS_PER_SECOND)
+        return max(tenant.net, warm / WARM_LOOKS_PER_SECOND)
 
     def failed(self, tenant: Tenant, rest: float, now: float) -> None:
         """The unit failed (the database unreachable): due again after ``rest``, no

@@ -56,10 +56,7 @@ def server_watches(
     databases, with ``RELAY_NOTIFY`` on; none otherwise."""
     if not settings.notify:
         return []
-    grouped: dict[str, list[tuple[str, Any]]] = {}
-    for name, url in database_urls(settings).items():
-        if url.get_backend_name() == "postgresql":
-            grouped.setdefault(server_of(url), []).append((name, url))
+    grouped = _postgresql_servers(settings)
     return [
         ServerWatch(
             server,
@@ -70,6 +67,34 @@ def server_watches(
         )
         for server, dbs in grouped.items()
     ]
+
+
+def stats_by_server(settings: Settings) -> list[tuple[ServerStats, dict[str, str]]]:
+    """A reader of the written-rows figures (:class:`ServerStats` with ``written``) for each
+    PostgreSQL server among the configured databases, each with its database names (database
+    name -> relay name); it connects when read, and is closed after each read by its caller."""
+    return [
+        (
+            ServerStats(_engine(urls[0][1]), [str(u.database) for _, u in urls], written=True),
+            {str(u.database): name for name, u in urls},
+        )
+        for urls in _postgresql_servers(settings).values()
+    ]
+
+
+def _postgresql_servers(settings: Settings) -> dict[str, list[tuple[str, Any]]]:
+    grouped: dict[str, list[tuple[str, Any]]] = {}
+    for name, url in database_urls(settings).items():
+        if url.get_backend_name() == "postgresql":
+            grouped.setdefault(server_of(url), []).append((name, url))
+    return grouped
+
+
+def _engine(url: Any) -> Any:
+    return create_engine(
+        url.render_as_string(hide_password=False),
+        connect_args={"application_name": APPLICATION_NAME},
+    )
 
 
 class ServerWatch:
@@ -91,11 +116,7 @@ class ServerWatch:
             on_wake,
             floor,
         )
-        engine = create_engine(
-            url.render_as_string(hide_password=False),
-            connect_args={"application_name": APPLICATION_NAME},
-        )
-        self.stats = ServerStats(engine, list(self.datnames))
+        self.stats = ServerStats(_engine(url), list(self.datnames))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: Holds its one connection to the server.

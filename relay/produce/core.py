@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Insert
 from sqlalchemy.orm import Session
 
-from relay import config
+from relay.config import env
 from relay.exceptions import EventError
 from relay.observe import tracing
 from relay.produce import sync
@@ -32,7 +32,7 @@ from relay.publishers.message import RESERVED_HEADERS, TASK_HEADER, encode_body
 from relay.store import dialects
 
 MAX_NAME_BYTES = 255  # an AMQP routing key is a shortstr: at most 255 bytes
-DEFAULT_MAX_PAYLOAD_BYTES = config.DEFAULT_MAX_PAYLOAD_BYTES
+DEFAULT_MAX_PAYLOAD_BYTES = env.DEFAULT_MAX_PAYLOAD_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,5 +230,5 @@ def default() -> Producer:
     ``relay.django.enqueue`` and ``relay.celery.send_task``: one payload cap, one wake-up."""
     global _default  # the one process-wide producer
     if _default is None:
-        _default = Producer(max_payload_bytes=config.max_payload_bytes_from_env())
+        _default = Producer(max_payload_bytes=env.max_payload_bytes_from_env())
     return _default

@@ -254,3 +254,7 @@ sent_counts = Table(
 
 #: Every table the relay's migrations own (Alembic's comparison looks at these only).
 TABLES = frozenset(metadata.tables)
+
+
+#: The public names: the tables an application may read, and what its own Alembic chain needs.
+__all__ = ["applies_to", "inbox", "metadata", "outbox"]

@@ -29,15 +29,19 @@ class ServerStats:
     database of that server), on one autocommit connection kept between looks, so that each
     look reads fresh statistics, and replaced after an error."""
 
-    def __init__(self, engine: Engine, names: Sequence[str]) -> None:
+    def __init__(self, engine: Engine, names: Sequence[str], *, written: bool = False) -> None:
         if engine.dialect.name != "postgresql":
             raise TypeError(f"server statistics are PostgreSQL's, not {engine.dialect.name}'s")
         self.engine, self.names = engine, list(names)
-        self._sql = str(PostgresDialect().databases_inserted().compile(dialect=engine.dialect))
+        pg = PostgresDialect()
+        # ``written``: rows inserted, updated or deleted (any relay or writer activity).
+        statement = pg.databases_written() if written else pg.databases_inserted()
+        self._sql = str(statement.compile(dialect=engine.dialect))
         self._conn: Any = None
 
     def inserted(self) -> dict[str, int]:
-        """Each named database's ``tup_inserted`` (a database not found is left out)."""
+        """Each named database's ``tup_inserted`` (``written``: plus updated and deleted; a
+        database not found is left out)."""
         with translate_errors(), self._translated():
             if self._conn is None:
                 raw = self.engine.raw_connection()

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from celery import Celery
 
-from relay.celery import CLAIM_AND_DISPATCH
+from relay.celery.names import CLAIM_AND_DISPATCH
 from tests.support import services
 from tests.support.broker import Collector
 from tests.support.celery_fleet import counts, fleet, insert_rows, unique_queue

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.celery import CLAIM_AND_DISPATCH, PURGE_SENT, create_app
+from relay.celery import create_app
+from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT
 from relay.config import Settings
 from relay.store.schema import outbox
 from tests.support.broker import Collector

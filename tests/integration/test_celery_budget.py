@@ -80,8 +80,14 @@ def test_the_tick_counts_within_the_budget_and_gives_the_connections_back(
     _insert(pgs[0], 500)
     _insert(pgs[1], 3)
     spec = ",".join(f"t{i}={u}" for i, u in enumerate(pgs))
+    # A 10 s tick gives the counts 5 s: a count that does not answer in time counts as one
+    # row, and six cold connections on a loaded machine can take longer than the default's.
     settings = Settings(
-        databases=spec, broker_url=amqp_url, exchange=exchange_name, max_connections=3
+        databases=spec,
+        broker_url=amqp_url,
+        exchange=exchange_name,
+        max_connections=3,
+        tick_seconds=10,
     )
     runtimes = Runtimes(settings)
     sent: list[str] = []
@@ -100,3 +106,44 @@ def test_the_tick_counts_within_the_budget_and_gives_the_connections_back(
     finally:
         runtimes.close()
         collector.close()
+
+
+def test_the_tick_counts_only_the_databases_that_moved_until_their_net(pgs: list[str]) -> None:
+    """PostgreSQL: the first tick counts every database (and writes its heartbeat there);
+    once settled, an idle database is not counted again before COUNT_NET_SECONDS, and a
+    database that took a row is counted at the next tick and gets its task."""
+    spec = ",".join(f"t{i}={u}" for i, u in enumerate(pgs))
+    settings = Settings(databases=spec, max_connections=3, tick_seconds=10)
+    runtimes = Runtimes(settings)
+    counted: list[str] = []
+    original = runtimes.plan.choose
+
+    def choose(*args: object, **kwargs: object) -> list[str]:
+        names = original(*args, **kwargs)  # type: ignore[arg-type]
+        counted[:] = names
+        return names
+
+    runtimes.plan.choose = choose  # type: ignore[method-assign]
+    sent: list[str] = []
+    try:
+        fleet_tick(settings, runtimes, sent.append)
+        assert sorted(counted) == sorted(f"t{i}" for i in range(6))
+        assert sent == []  # nothing to relay anywhere
+        # The heartbeats just written move each figure once; statistics reach the server
+        # when the writer's session ends (the count's connection is closed after it).
+        wait_until(
+            lambda: (fleet_tick(settings, runtimes, sent.append), counted == [])[1],
+            15,
+            "a tick that counts nothing",
+        )
+        assert sent == []
+        _insert(pgs[4], 1)
+        wait_until(
+            lambda: (fleet_tick(settings, runtimes, sent.append), "t4" in counted)[1],
+            15,
+            "the database that took a row to be counted",
+        )
+        assert counted == ["t4"], counted
+        assert sent == ["t4"]
+    finally:
+        runtimes.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay import migrate
+from relay.store import migrate
 from tests.support import services
 from tools import mariaserver
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay.config import DATABASE_ONLY, Settings, env_fields, env_name
+from relay.config import Settings
+from relay.config.settings import DATABASE_ONLY, env_fields, env_name
 from relay.exceptions import ConfigError
 
 SECRET = "hunter2-s3cr3t"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from relay.config import DATABASE_ONLY, Settings
+from relay.config import Settings
 from relay.config.databases import DEFAULT_NAME, Database, each, names, parse, pick, several
+from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import ConfigError
 
 SECRET = "hunter2-s3cr3t"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from relay.celery.databases import CountPlan
 from relay.policy import share_fanout
 
 
@@ -52,3 +53,22 @@ def test_bad_arguments_are_refused() -> None:
     """A batch size or fan-out below 1 is a programming error, refused."""
     with pytest.raises(ValueError, match="must be >= 1"):
         share_fanout({"a": 1}, 0, 8)
+
+
+def test_the_count_plan_counts_what_moved_what_is_unknown_and_each_database_at_its_net() -> None:
+    """A tick counts a database whose written-rows figure moved or is unknown (not
+    PostgreSQL, a server that did not answer), and every database once per net."""
+    plan = CountPlan(net=10.0)
+    names = ["pg1", "pg2", "lite"]
+    first = {"pg1": 5, "pg2": 7}
+    assert plan.choose(names, first, 0.0) == names  # never counted: all
+    assert plan.due_for_net("pg1", 0.0)
+    plan.counted(names, first, 0.0)
+    assert not plan.due_for_net("pg1", 1.0)
+    assert plan.choose(names, first, 1.0) == ["lite"]  # nothing moved: the unknown only
+    moved = {"pg1": 5, "pg2": 8}
+    assert plan.choose(names, moved, 2.0) == ["pg2", "lite"]
+    plan.counted(["pg2", "lite"], moved, 2.0)
+    assert plan.choose(names, moved, 3.0) == ["lite"]
+    assert plan.choose(names, {"pg2": 8}, 4.0) == ["pg1", "lite"]  # pg1's server silent
+    assert plan.choose(names, moved, 10.0) == names  # the net

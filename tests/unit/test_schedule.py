@@ -148,6 +148,42 @@ def test_a_drained_watched_database_waits_for_a_wake_up_or_the_warm_poll() -> No
     assert t.due_at == now + COLD_POLL_SECONDS
 
 
+def test_a_wake_up_during_a_unit_makes_the_database_due_when_it_ends() -> None:
+    """Rows committed after the unit's claim: their wake-up comes while it runs; the unit's
+    end must not push the next look out to the warm poll (it would wait up to seconds)."""
+    s = Schedule(2, 2)
+    s.add("a", "db1:5432", 0.025, 1.0, now=0.0, watched=True)
+    t = s.tenants["a"]
+    s.start(t)
+    s.wake(["a"], now=0.01)
+    assert s.finish(t, Unit(claimed=1), 0.0, 0.02) is False
+    assert t.due_at == 0.02
+
+
+def test_the_warm_poll_backs_off_while_the_wake_ups_carry_the_rows() -> None:
+    """Watched: each look of the warm poll that finds nothing doubles its wait, up to the cold
+    poll; units the wake-ups started leave it alone; a look that finds rows the wake-ups
+    missed (late statistics) brings it back to WARM_POLL_SECONDS."""
+    s = Schedule(2, 2)
+    s.add("a", "db1:5432", 0.025, 1.0, now=0.0, watched=True)
+    t = s.tenants["a"]
+    now = 0.0
+    _run(s, "a", Unit(claimed=1), now, now)  # the first look at start: a poll, found rows
+    assert t.due_at == now + WARM_POLL_SECONDS
+    waits = []
+    for _ in range(6):
+        now = t.due_at
+        s.wake(["a"], now)  # a row, announced: this unit does not count as a look
+        _run(s, "a", Unit(claimed=1), now, now)
+        now = t.due_at
+        _run(s, "a", Unit(), now, now)  # the poll's look: nothing the wake-up had not sent
+        waits.append(t.due_at - now)
+    assert waits == [min(COLD_POLL_SECONDS, WARM_POLL_SECONDS * 2**k) for k in range(1, 7)], waits
+    now = t.due_at
+    _run(s, "a", Unit(claimed=1), now, now)  # this look found rows: statistics came late
+    assert t.due_at == now + WARM_POLL_SECONDS
+
+
 def test_many_warm_databases_share_the_looks() -> None:
     """200 warm watched databases: each looked at every 200 / WARM_LOOKS_PER_SECOND s, so
     their looks stay at WARM_LOOKS_PER_SECOND a second in all."""

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import POLLED_TICK_SECONDS, Settings, env_fields, env_name
+from relay.config import Settings
+from relay.config.settings import POLLED_TICK_SECONDS, env_fields, env_name
 from tools import settings_page
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -189,6 +189,7 @@ def test_no_builder_escapes_the_snapshot() -> None:
         "operations",
         "outcomes",
         "produce",
+        "returning",
         "postgresql",
         "mysql",
         "sqlite",

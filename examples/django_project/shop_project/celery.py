@@ -6,10 +6,9 @@ import os
 
 from celery import Celery
 
+from relay import create_engine, transport_options
 from relay.celery import install, on_event
 from relay.config import Settings
-from relay.publishers import transports
-from relay.store.engine import create_engine
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop_project.settings")
 
@@ -18,7 +17,7 @@ from django.conf import settings
 app = Celery("shop", task_cls="relay.django:TransactionalTask")
 app.conf.update(
     broker_url=settings.RELAY_BROKER_URL,
-    broker_transport_options=transports.transport_options(settings.RELAY_BROKER_URL),
+    broker_transport_options=transport_options(settings.RELAY_BROKER_URL),
     task_default_queue="shop",
     task_ignore_result=True,
 )

@@ -11,7 +11,6 @@ import sqlalchemy as sa
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Row,
     Select,
     TextClause,
     Update,
@@ -24,16 +23,17 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.store.dialects.base import _PLACE, Dialect
+from relay.store.dialects.base import _PLACE
 from relay.store.dialects.common import PROCESSING, cached
 from relay.store.dialects.operations import Operations
+from relay.store.dialects.returning import ReturningDialect
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(ReturningDialect):
     """PostgreSQL >= 12."""
 
     name: ClassVar[str] = "postgresql"
@@ -116,26 +116,6 @@ class PostgresDialect(Dialect):
             .returning(*self.claim_columns())
         )
 
-    def claim_unordered(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-        first_anyway: bool = True,
-    ) -> list[Row[Any]]:
-        stmt = self.claim_statement(
-            worker=worker,
-            limit=limit,
-            lease_seconds=lease_seconds,
-            expired=expired,
-            sized=max_bytes is not None,
-        )
-        return list(conn.execute(stmt, self.bound_params(max_bytes, first_anyway)).all())
-
     @cached
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
@@ -145,12 +125,6 @@ class PostgresDialect(Dialect):
             .values(**self.lease_values(worker, lease_seconds))
             .returning(*self.claim_columns())
         )
-
-    def lease_ids(
-        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[Row[Any]]:
-        stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).all())
 
     def _probe(self, key: ColumnElement[Any], seq: ColumnElement[Any], locked: bool = True) -> Any:
         # A LATERAL probe with LIMIT 1 is never flattened into a join: each place is one
@@ -267,6 +241,15 @@ class PostgresDialect(Dialect):
         return sa.text(
             "SELECT datname, tup_inserted FROM pg_catalog.pg_stat_database "
             "WHERE datname = ANY(:names)"
+        )
+
+    def databases_written(self) -> TextClause:
+        """Rows inserted, updated or deleted so far in each database named in ``:names``: a
+        database whose count did not move since a look had no claim, outcome or new row in
+        between (the Celery fleet's tick counts backlogs only where it moved)."""
+        return sa.text(
+            "SELECT datname, tup_inserted + tup_updated + tup_deleted "
+            "FROM pg_catalog.pg_stat_database WHERE datname = ANY(:names)"
         )
 
     def new_xact_id(self) -> TextClause:

@@ -12,16 +12,13 @@ Times are UTC text in SQLAlchemy's layout (see ``relay.store.timestamps``), so t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     ColumnElement,
-    Connection,
     Float,
     LargeBinary,
-    Row,
     Select,
     Update,
     bindparam,
@@ -35,13 +32,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.store.dialects.base import Dialect
 from relay.store.dialects.common import cached
+from relay.store.dialects.returning import ReturningDialect
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 
-class SQLiteDialect(Dialect):
+class SQLiteDialect(ReturningDialect):
     """SQLite >= 3.35 (``RETURNING``), one host, WAL."""
 
     name: ClassVar[str] = "sqlite"
@@ -91,26 +88,6 @@ class SQLiteDialect(Dialect):
             .returning(*self.claim_columns())
         )
 
-    def claim_unordered(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-        first_anyway: bool = True,
-    ) -> list[Row[Any]]:
-        stmt = self.claim_statement(
-            worker=worker,
-            limit=limit,
-            lease_seconds=lease_seconds,
-            expired=expired,
-            sized=max_bytes is not None,
-        )
-        return list(conn.execute(stmt, self.bound_params(max_bytes, first_anyway)).all())
-
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """Unchanged: the transaction already holds the database's write lock."""
         return stmt
@@ -124,12 +101,6 @@ class SQLiteDialect(Dialect):
             .values(**self.lease_values(worker, lease_seconds))
             .returning(*self.claim_columns())
         )
-
-    def lease_ids(
-        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[Row[Any]]:
-        stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).all())
 
     def take_seq(self) -> ReturningInsert[Any]:
         """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""

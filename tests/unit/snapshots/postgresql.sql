@@ -124,6 +124,9 @@ WHERE k.id IS NULL AND k.last_seq > k.sent_seq + %(sent_seq_2)s::BIGINT OR k.sta
 -- databases_inserted: Rows inserted so far in each database named in ``:names``, from the server's
 SELECT datname, tup_inserted FROM pg_catalog.pg_stat_database WHERE datname = ANY(%(names)s);
 
+-- databases_written: Rows inserted, updated or deleted so far in each database named in ``:names``: a
+SELECT datname, tup_inserted + tup_updated + tup_deleted FROM pg_catalog.pg_stat_database WHERE datname = ANY(%(names)s);
+
 -- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
 DELETE FROM outbox WHERE outbox.id = ANY (array((SELECT o.id
 FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
