@@ -20,7 +20,7 @@ holds it, with no circle):
   OpenTelemetry tracing.
 - ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
   the wake-up watcher, the runner that builds a relay process for the CLI and Celery, and the
-  replay of sent events to one queue (``relay.dispatch.replay.replay``, for scripts).
+  replay of sent events to one queue (public as ``relay.replay``).
 - ``celery/`` (the only room importing Celery, with the ``relay demo`` command), ``console/``
   (the web console), ``commands/`` (one module per ``relay`` command); ``testing`` ships the
   in-memory doubles.

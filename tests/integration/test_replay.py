@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.dispatch.replay import ReplayReport, replay
+from relay.dispatch.replay import ReplayReport, replay_selected
 from relay.exceptions import ReplayRefused, SelectorError
 from relay.publishers.message import REPLAY_HEADER
 from relay.store.filters import EventFilter
@@ -84,13 +84,13 @@ def test_replay_sends_the_selected_sent_events_to_that_queue_alone(
     made, originals = _sent_history(engine, settings, collector, target)
     before = rows(engine)
 
-    dry = replay(
+    dry = replay_selected(
         settings, EventFilter(event_type="order.*"), to_queue=target.queue_name, dry_run=True
     )
     assert (dry.matched, dry.sent, dry.dry_run) == (12, 0, True)
     assert target.drain(1, timeout=0.5) == []
 
-    report = replay(settings, EventFilter(event_type="order.*"), to_queue=target.queue_name)
+    report = relay.replay(target.queue_name, event_type="order.*", settings=settings)
 
     assert (report.matched, report.sent, report.complete) == (12, 12, True)
     got = target.drain(12, settle=0.5)
@@ -122,14 +122,14 @@ def test_replay_by_key_ids_and_resume_point(
         pending = relay.enqueue(session, "order.created", {"late": True}, ordering_key="k1")
 
     with pytest.raises(SelectorError):
-        replay(settings, EventFilter(), to_queue=target.queue_name)
-    by_key = replay(
+        replay_selected(settings, EventFilter(), to_queue=target.queue_name)
+    by_key = replay_selected(
         settings, EventFilter(key="k1"), to_queue=target.queue_name, after=made["k1"][2]
     )
     assert [m.outbox_id for m in target.drain(by_key.sent, settle=0.3)] == made["k1"][3:]
     target.received.clear()
     chosen = (made["k2"][0], made["user"][1], pending)
-    by_ids = replay(settings, EventFilter(ids=chosen), to_queue=target.queue_name)
+    by_ids = replay_selected(settings, EventFilter(ids=chosen), to_queue=target.queue_name)
     assert by_ids.matched == 2
     assert sorted(m.outbox_id for m in target.drain(2, settle=0.3)) == sorted(chosen[:2])
 
@@ -141,7 +141,9 @@ def test_unknown_queue_is_refused_and_nothing_is_sent(
     _sent_history(engine, settings, collector, target)
     for dry_run in (True, False):
         with pytest.raises(ReplayRefused, match=r"no queue 'no\.such\.queue'"):
-            replay(settings, EventFilter(all=True), to_queue="no.such.queue", dry_run=dry_run)
+            replay_selected(
+                settings, EventFilter(all=True), to_queue="no.such.queue", dry_run=dry_run
+            )
     assert collector.drain(1, timeout=0.5) == []
     assert target.drain(1, timeout=0.1) == []
     assert OperationsStore(engine).audit_log() == []
@@ -151,7 +153,7 @@ def test_deleted_at_send_means_nothing_to_replay(settings: Settings, target: Col
     """With RELAY_DELETE_ON_SEND there are no sent rows: the replay says so."""
     deleting = dataclasses.replace(settings, delete_on_send=True)
     with pytest.raises(ReplayRefused, match="nothing to replay"):
-        replay(deleting, EventFilter(all=True), to_queue=target.queue_name)
+        replay_selected(deleting, EventFilter(all=True), to_queue=target.queue_name)
 
 
 def test_a_replay_cut_off_resumes_after_its_last_confirmed_id_without_duplicates(
@@ -173,7 +175,7 @@ def test_a_replay_cut_off_resumes_after_its_last_confirmed_id_without_duplicates
                 proxy.cut()
 
         # rate 100 a second: windows of 5 events
-        first = replay(
+        first = replay_selected(
             through,
             EventFilter(event_type="order.*"),
             to_queue=target.queue_name,
@@ -188,7 +190,7 @@ def test_a_replay_cut_off_resumes_after_its_last_confirmed_id_without_duplicates
     assert audit[0]["changed"] == 10
     assert audit[0]["selector"]["last_id"] == wanted[9]
 
-    rest = replay(
+    rest = replay_selected(
         settings,
         EventFilter(event_type="order.*"),
         to_queue=target.queue_name,
@@ -216,9 +218,9 @@ def test_redis_replay_reaches_the_bound_queue_alone(
         consumer.received.clear()
         everything.received.clear()
         with pytest.raises(ReplayRefused, match="no queue"):
-            replay(on_redis, EventFilter(all=True), to_queue=exchange_name + ".nobody")
+            replay_selected(on_redis, EventFilter(all=True), to_queue=exchange_name + ".nobody")
 
-        report = replay(on_redis, EventFilter(key="k2"), to_queue=consumer.queue_name)
+        report = replay_selected(on_redis, EventFilter(key="k2"), to_queue=consumer.queue_name)
 
         assert (report.sent, report.complete) == (len(made["k2"]), True)
         got = consumer.drain(report.sent, settle=0.5)
