@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import REGISTRY
 from sqlalchemy.orm import Session
 
 import relay
@@ -16,6 +17,7 @@ from relay.config import Settings
 from relay.dispatch.replay import ReplayReport, replay_selected
 from relay.exceptions import ReplayRefused, SelectorError
 from relay.publishers.message import REPLAY_HEADER
+from relay.store.eventids import default_source
 from relay.store.filters import EventFilter
 from relay.store.operations import OperationsStore
 from tests.support.broker import Collector, Received
@@ -55,6 +57,13 @@ def _send_all(engine: sa.Engine, settings: Settings) -> None:
     raise AssertionError(f"rows left unsent: {count_by_status(engine)}")
 
 
+def _replayed_total(engine: sa.Engine) -> float:
+    """``relay_events_replayed_total`` of this process for the outbox of ``engine``."""
+    source = default_source(engine.url)
+    value = REGISTRY.get_sample_value("relay_events_replayed_total", {"source": source})
+    return value or 0.0
+
+
 def _by_id(received: list[Received]) -> dict[int, Received]:
     return {m.outbox_id: m for m in received}
 
@@ -90,6 +99,7 @@ def test_replay_sends_the_selected_sent_events_to_that_queue_alone(
     assert (dry.matched, dry.sent, dry.dry_run) == (12, 0, True)
     assert target.drain(1, timeout=0.5) == []
 
+    counted = _replayed_total(engine)
     report = relay.replay(target.queue_name, event_type="order.*", settings=settings)
 
     assert (report.matched, report.sent, report.complete) == (12, 12, True)
@@ -110,6 +120,7 @@ def test_replay_sends_the_selected_sent_events_to_that_queue_alone(
     assert collector.drain(1, timeout=0.5) == []
     assert rows(engine) == before
     assert report.last_id == max(made["k1"] + made["k2"])
+    assert _replayed_total(engine) == counted + 12
 
 
 def test_replay_by_key_ids_and_resume_point(
