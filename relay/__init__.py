@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
     from relay.publishers.transports import transport_options
     from relay.store.engine import create_engine
-    from relay.store.migrate import upgrade as migrate
+    from relay.store.upgrade import upgrade as migrate
 
 __all__ = [
     "BrokerUnavailable",
@@ -80,7 +80,7 @@ _LAZY = {
     "enqueue": ("relay.produce.enqueue", "enqueue"),
     "lock_keys": ("relay.produce.enqueue", "lock_keys"),
     "create_engine": ("relay.store.engine", "create_engine"),
-    "migrate": ("relay.store.migrate", "upgrade"),
+    "migrate": ("relay.store.upgrade", "upgrade"),
     "transport_options": ("relay.publishers.transports", "transport_options"),
 }
 

@@ -286,7 +286,7 @@ class PurgePacing:
 
 @dataclass(slots=True)
 class SequenceWatch:
-    """The PostgreSQL wake-up's rule (``relay.dispatch.watch``): a writer pays nothing for it,
+    """The PostgreSQL wake-up's rule (``relay.dispatch.watcher``): a writer pays nothing for it,
     the relay looks at the outbox's id sequence and at the server's oldest running transaction,
     and looks for claimable rows only when a writer may have committed some.
 

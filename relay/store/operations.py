@@ -20,11 +20,11 @@ from relay.exceptions import StoreError
 from relay.ordering import stalled_key
 from relay.records import Stall, StalledKey, Status, StatusReport
 from relay.store import dialects
-from relay.store.base import BaseStore, executemany
 from relay.store.dialects.keys import KeyStatements
-from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
+from relay.store.dialects.purge import SENT_PURGER, RetentionStatements
 from relay.store.filters import EventFilter
 from relay.store.schema import outbox
+from relay.store.transactions import BaseStore, executemany
 
 #: Minutes of sent counts ``relay status`` adds up (the day the purger keeps).
 COUNTS_KEPT_MINUTES = 24 * 60

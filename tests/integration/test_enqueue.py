@@ -17,7 +17,7 @@ import relay
 from relay.exceptions import EventError
 from relay.produce.enqueue import Producer
 from relay.store import dialects
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.schema import outbox
 from tests.support.rows import rows
 
@@ -71,7 +71,7 @@ def test_delay_is_counted_from_database_time(engine: sa.Engine) -> None:
         now = session.execute(sa.select(clock.now())).scalar_one()
     row = rows(engine, event_id)[event_id]
     assert 299 <= (row["next_retry_at"] - now).total_seconds() <= 301
-    assert Store(engine).claim("w", 10, lease_seconds=30) == []
+    assert DispatchStore(engine).claim("w", 10, lease_seconds=30) == []
 
 
 def test_row_inserted_by_plain_sql_is_valid_and_claimable(engine: sa.Engine) -> None:
@@ -80,7 +80,7 @@ def test_row_inserted_by_plain_sql_is_valid_and_claimable(engine: sa.Engine) -> 
         conn.execute(
             sa.text("INSERT INTO outbox (event_type, payload) VALUES ('plain.sql', '{\"a\": 1}')")
         )
-    (event,) = Store(engine).claim("w", 10, lease_seconds=30)
+    (event,) = DispatchStore(engine).claim("w", 10, lease_seconds=30)
     assert (event.event_type, event.payload, event.attempt) == ("plain.sql", {"a": 1}, 1)
 
 

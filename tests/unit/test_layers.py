@@ -28,7 +28,7 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.dispatch.schedule", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
-        ("relay.store.dispatch", {"kombu", "celery", "amqp"}),
+        ("relay.store.dispatch_store", {"kombu", "celery", "amqp"}),
         ("relay.store.operations", {"kombu", "celery", "amqp"}),
         ("relay.store.protocol", {"sqlalchemy", "kombu", "celery"}),
         ("relay.store.dialects.postgresql", {"kombu", "celery", "amqp"}),
@@ -58,7 +58,7 @@ def _loaded_after_import(module: str) -> set[str]:
         ("relay.consume", {"sqlalchemy", "kombu", "celery"}),
         ("relay.consume.consumer", {"celery", "prometheus_client", "opentelemetry"}),
         ("relay.consume.deadletters", {"sqlalchemy", "celery"}),
-        ("relay.dispatch.watch", {"kombu", "celery", "amqp", "redis"}),
+        ("relay.dispatch.watcher", {"kombu", "celery", "amqp", "redis"}),
         ("relay.console", {"kombu", "celery", "amqp", "redis", "prometheus_client"}),
         (
             "relay.dispatch.runner",
