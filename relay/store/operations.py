@@ -214,10 +214,10 @@ class OperationsStore(BaseStore):
             },
         )
 
-    def event(self, event_id: int) -> dict[str, Any] | None:
+    def event(self, row_id: int) -> dict[str, Any] | None:
         """Every column of one row, or None when there is no such row."""
         with self._tx() as conn:
-            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(event_id,))))
+            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(row_id,))))
             row = conn.execute(stmt).mappings().first()
         return None if row is None else dict(row)
 

@@ -58,11 +58,11 @@ def test_concurrent_claimers_claim_each_row_exactly_once(
 
 def test_claim_sets_the_lease_in_database_time(store: DispatchStore, engine: sa.Engine) -> None:
     """A claim marks rows processing, locked_by me, attempt+1, locked_until = db now + lease."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     with engine.connect() as conn:
         before = conn.execute(sa.select(store.dialect.now())).scalar()
     (event,) = store.claim("w1", 10, lease_seconds=60)
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["locked_by"], row["attempt"], event.attempt) == (
         "processing",
         "w1",
@@ -78,29 +78,29 @@ def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(
     store: DispatchStore, engine: sa.Engine
 ) -> None:
     """Worker A's lease expires, B reclaims with attempt+1; A's late outcomes change nothing."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     (held_by_a,) = store.claim("A", 10, lease_seconds=60)
     expire_leases(engine)
     (held_by_b,) = store.claim("B", 10, lease_seconds=60)
-    assert held_by_b.id == event_id
+    assert held_by_b.id == row_id
     assert held_by_b.attempt == held_by_a.attempt + 1
 
     assert store.complete("A", sent=[held_by_a]).sent == 0
     assert store.complete("A", rescheduled=[Rescheduled(held_by_a, 0.0, "late")]).rescheduled == 0
     assert store.complete("A", sent=[held_by_a]).lost == 1
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["locked_by"], row["attempt"]) == ("processing", "B", 2)
 
     assert store.complete("B", sent=[held_by_b]).sent == 1
-    assert rows(engine, event_id)[event_id]["status"] == "sent"
+    assert rows(engine, row_id)[row_id]["status"] == "sent"
 
 
 def test_rescheduled_row_waits_for_its_backoff(store: DispatchStore, engine: sa.Engine) -> None:
     """A rescheduled row is not claimable before next_retry_at, and is afterwards."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     (event,) = store.claim("w", 10, lease_seconds=60)
     assert store.complete("w", rescheduled=[Rescheduled(event, 60.0, "nack")]).rescheduled == 1
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["last_error"], row["locked_by"]) == ("pending", "nack", None)
     assert store.claim("w", 10, lease_seconds=60) == []
     make_due(engine)

@@ -46,11 +46,11 @@ def test_aware_timestamps_round_trip_as_the_same_instant(
 ) -> None:
     """A non-UTC aware datetime written through the schema reads back as the same instant,
     still aware, whatever the database's native type."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     when = datetime(2031, 3, 4, 5, 6, 7, 891_000, tzinfo=FAR_ZONE)
     with engine.begin() as conn:
-        conn.execute(sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == event_id))
-    got = rows(engine, event_id)[event_id]["next_retry_at"]
+        conn.execute(sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == row_id))
+    got = rows(engine, row_id)[row_id]["next_retry_at"]
     assert got.tzinfo is not None
     assert got == when
 
@@ -64,11 +64,9 @@ def test_database_clock_is_utc_whatever_the_session_time_zone(far_store: Dispatc
 
     due, later = enqueue_many(engine, 2)
     with engine.begin() as conn:
-        for event_id, offset in ((due, -3600), (later, 3600)):
+        for row_id, offset in ((due, -3600), (later, 3600)):
             when = (datetime.now(UTC) + timedelta(seconds=offset)).astimezone(FAR_ZONE)
-            conn.execute(
-                sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == event_id)
-            )
+            conn.execute(sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == row_id))
     claimed = far_store.claim("w", 10, lease_seconds=60)
     assert [e.id for e in claimed] == [due], "due-ness must compare instants, not wall clocks"
     locked_until = rows(engine, due)[due]["locked_until"]

@@ -227,13 +227,13 @@ def test_rejections_burn_attempts_and_dead_letter(
     store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Rejected events spend an attempt each time; after max_attempts they are failed."""
-    (event_id,) = enqueue_many(engine, 1, "never.ok")
+    (row_id,) = enqueue_many(engine, 1, "never.ok")
     publisher = InMemoryPublisher(unroutable={"never.ok"})
     dispatcher = Dispatcher(store, publisher, replace(settings, max_attempts=3))
     seen: list[tuple[str, int]] = []
     for _ in range(3):
         dispatcher.run_once()
-        row = rows(engine, event_id)[event_id]
+        row = rows(engine, row_id)[row_id]
         seen.append((row["status"], row["attempt"]))
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE outbox SET next_retry_at = NULL"))

@@ -144,7 +144,7 @@ def test_delete_on_send_keeps_each_keys_order_after_its_earlier_rows_are_gone(
 def test_a_fenced_delete_leaves_a_row_another_worker_reclaimed(engine: sa.Engine) -> None:
     """The delete at send is fenced like the mark: a worker whose lease was taken over deletes
     nothing of that row."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     store = DispatchStore(engine, delete_on_send=True)
     (claimed,) = store.claim("w1", 10, 30)
     with engine.begin() as conn:
@@ -152,7 +152,7 @@ def test_a_fenced_delete_leaves_a_row_another_worker_reclaimed(engine: sa.Engine
     done = store.complete("w1", sent=[claimed])
     assert (done.sent, done.lost) == (0, 1)
     assert count_by_status(engine) == {"processing": 1}
-    assert event_id == claimed.id
+    assert row_id == claimed.id
 
 
 def test_doctor_warns_when_the_purge_falls_behind_and_the_metrics_show_it(
