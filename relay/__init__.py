@@ -8,11 +8,13 @@ The package, in rooms by role (imports run down this list; ``tests/unit/test_lay
 holds it, with no circle):
 
 - ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``: the error tree, value
-  objects, pure decisions (backoff, breaker, batch sizing, the adaptive poll), per-key ordering,
-  settings (with the lease-derived times in ``config.timing`` and URL redaction in
-  ``config.urls``). No I/O, no third-party import.
-- ``store/``: engines, schema, migrations and the two stores (``dispatch``: the relay's verbs;
-  ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is built.
+  objects, the backoff, per-key ordering, settings (with the lease-derived times in
+  ``config.timing`` and URL redaction in ``config.urls``). No I/O, no third-party import; the
+  other pure decisions sit beside their users on this floor too (``dispatch.decisions``,
+  ``dispatch.batching``, ``dispatch.polling``, ``dispatch.pacing``, ``store.lease_sweep``).
+- ``store/``: engines, schema, migrations and the two stores (``dispatch_store``: the relay's
+  verbs; ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is
+  built.
 - ``publishers/``: the message on the wire and one publisher per kind of broker.
 - ``produce/``: the producer core (checks, row) and its adapters: ``enqueue`` in the caller's
   sync transaction, ``aio`` (public as ``relay.aio``) in an asyncio one. ``consume/``: inbox,

@@ -4,9 +4,10 @@
   sequence that numbers ``outbox.id`` every ``RELAY_POLL_FLOOR_SECONDS`` (one statement that
   reads no table; :mod:`relay.store.sequence`); when it moved, it looks for claimable rows and
   wakes the relay if there are some, and keeps looking until every writer it saw has ended
-  (:class:`relay.policy.SequenceWatch`). Any writer is seen, plain SQL in any language included,
-  and none runs a trigger or a statement for it: migration 0014 dropped the NOTIFY trigger,
-  whose commits PostgreSQL serialises (issue 27). It works through a transaction pooler too.
+  (:class:`relay.dispatch.polling.SequenceWatch`). Any writer is seen, plain SQL in any language
+  included, and none runs a trigger or a statement for it: migration 0014 dropped the NOTIFY
+  trigger, whose commits PostgreSQL serialises (issue 27). It works through a transaction pooler
+  too.
 - Elsewhere (MySQL, MariaDB, SQLite, ``RELAY_NOTIFY=0``), or when the sequence cannot be read:
   a :class:`Poller` looks for claimable rows adaptively, floor to ceiling.
 
@@ -28,8 +29,9 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.config.urls import redact
+from relay.dispatch.polling import IdlePoll, SequenceWatch
 from relay.exceptions import StoreError
-from relay.policy import Backoff, IdlePoll, SequenceWatch
+from relay.policy import Backoff
 from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import normalize_url
 from relay.store.sequence import SequenceReader

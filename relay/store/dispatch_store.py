@@ -86,8 +86,9 @@ class DispatchStore(BaseStore):
         self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
     ) -> list[ClaimedEvent]:
         """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
-        unordered rows whose lease expired only when ``expired`` (``relay.policy.LeaseSweep``);
-        no more than ``batch_max_bytes`` of payload and headers, but always at least one row."""
+        unordered rows whose lease expired only when ``expired``
+        (``relay.store.lease_sweep.LeaseSweep``); no more than ``batch_max_bytes`` of payload and
+        headers, but always at least one row."""
         with self._tx() as conn:
             return self._claim(conn, worker, limit, lease_seconds, expired)
 

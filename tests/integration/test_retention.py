@@ -14,8 +14,8 @@ from relay.commands.verdicts import PASS, WARN
 from relay.config import Settings
 from relay.dispatch import purger as purger_module
 from relay.dispatch import runner
+from relay.dispatch.pacing import PurgePacing
 from relay.dispatch.purger import Purger
-from relay.policy import PurgePacing
 from relay.store import dialects
 from relay.store.dispatch_store import DispatchStore
 from relay.store.operations import OperationsStore

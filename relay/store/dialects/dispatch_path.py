@@ -148,7 +148,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         lane locked but the merge left out stay locked only until the claim commits; the lane
         of expired leases is empty in normal operation, but on PostgreSQL its index range is
         not (an entry per row claimed since the last vacuum), so a claim reads it only when
-        ``expired`` (:class:`relay.policy.LeaseSweep`): without, the pending lane alone.
+        ``expired`` (:class:`relay.store.lease_sweep.LeaseSweep`): without, the pending lane alone.
         ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_due(), (outbox.c.id,))
