@@ -21,7 +21,8 @@ holds it, with no circle):
   event consumer, dead letters. ``observe/``: the observer seam, Prometheus metrics,
   OpenTelemetry tracing.
 - ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
-  the wake-up watcher, and the runner that builds a relay process for the CLI and Celery.
+  the wake-up watcher, the runner that builds a relay process for the CLI and Celery, and the
+  replay of sent events to one queue (public as ``relay.replay``).
 - ``celery/`` (the only room importing Celery, with the ``relay demo`` command), ``console/``
   (the web console), ``commands/`` (one module per ``relay`` command); ``testing`` ships the
   in-memory doubles.
@@ -50,6 +51,7 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
+    from relay.dispatch.replay import ReplayReport, replay
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
     from relay.publishers.transports import transport_options
     from relay.store.engine import create_engine
@@ -63,6 +65,7 @@ __all__ = [
     "Producer",
     "PublishError",
     "RelayError",
+    "ReplayReport",
     "Settings",
     "Status",
     "StoreError",
@@ -71,6 +74,7 @@ __all__ = [
     "enqueue",
     "lock_keys",
     "migrate",
+    "replay",
     "transport_options",
 ]
 __version__ = "0.1.0"
@@ -84,6 +88,8 @@ _LAZY = {
     "create_engine": ("relay.store.engine", "create_engine"),
     "migrate": ("relay.store.upgrade", "upgrade"),
     "transport_options": ("relay.publishers.transports", "transport_options"),
+    "replay": ("relay.dispatch.replay", "replay"),
+    "ReplayReport": ("relay.dispatch.replay", "ReplayReport"),
 }
 
 

@@ -2,8 +2,8 @@
 
 The kinds of command (:data:`SCOPES`):
 
-- ``one`` (``failed``, ``pending``, ``purge-sent``, ``inbox``): acts on one database; with
-  several configured and no ``--source``, refused naming the choices.
+- ``one`` (``failed``, ``pending``, ``purge-sent``, ``inbox``, ``replay``): acts on one
+  database; with several configured and no ``--source``, refused naming the choices.
 - ``all`` (``console``): one process over every database (a console each, side by side), or
   the one ``--source`` names.
 - ``each`` (``migrate``, ``status``, ``doctor``, ``probe``): runs once per database, or for the
@@ -38,6 +38,7 @@ SCOPES: dict[str, str] = {
     "pending": "one",
     "purge-sent": "one",
     "inbox": "one",
+    "replay": "one",
     "console": "all",
     "migrate": "each",
     "status": "each",

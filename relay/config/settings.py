@@ -247,8 +247,19 @@ class Settings:
 
 #: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
 DATABASE_ONLY = frozenset({"database_url", "databases"})
-#: What ``relay console`` reads: the database, its credentials and the fields it masks.
-CONSOLE_ONLY = DATABASE_ONLY | {"console_token", "console_readonly_token", "console_redact"}
+#: What ``relay replay`` reads: the outbox, the events broker and what names the messages.
+REPLAY_ONLY = DATABASE_ONLY | {
+    "broker_url",
+    "events_url",
+    "exchange",
+    "source",
+    "delete_on_send",
+    "retention_seconds",
+    "confirm_timeout_seconds",
+}
+#: What ``relay console`` reads: the database, its credentials, the fields it masks, and what
+#: its replays read.
+CONSOLE_ONLY = REPLAY_ONLY | {"console_token", "console_readonly_token", "console_redact"}
 
 
 def env_fields() -> tuple[Field[Any], ...]:

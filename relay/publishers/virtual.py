@@ -42,7 +42,7 @@ class VirtualPublisher(KombuPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = message.prepare(event)
+                msg = self._prepare(event)
                 if event.headers:
                     _check_headers(msg)
             except EventUnsendable as exc:

@@ -116,6 +116,26 @@ class Operations:
             stmt = stmt.where(outbox.c.id > after)
         return stmt.order_by(outbox.c.id).limit(limit)
 
+    def sent_rows(self, matching: ColumnElement[bool], after: int, horizon: int) -> Select[Any]:
+        """Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
+        horizon]``, by id: a replay's page, a bounded range of the primary key whatever the
+        planner's statistics say (never OFFSET, never a sort of the whole history)."""
+        return (
+            select(*self.dialect.claim_columns())
+            .where(outbox.c.status == SENT, matching, outbox.c.id > after, outbox.c.id <= horizon)
+            .order_by(outbox.c.id)
+        )
+
+    def sent_extent(
+        self, matching: ColumnElement[bool], after: int | None
+    ) -> Select[int, Any, Any]:
+        """How many sent rows ``matching`` selects after id ``after``, and the first and last
+        one's ids: a replay's size and range."""
+        where = [outbox.c.status == SENT, matching]
+        if after is not None:
+            where.append(outbox.c.id > after)
+        return select(func.count(), func.min(outbox.c.id), func.max(outbox.c.id)).where(*where)
+
     def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
         """How many rows ``matching`` selects."""
         return select(func.count()).select_from(outbox).where(matching)
