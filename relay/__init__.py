@@ -51,7 +51,7 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
-    from relay.dispatch.replay import ReplayReport, replay
+    from relay.dispatch.replayer import ReplayReport, replay
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
     from relay.publishers.transports import transport_options
     from relay.store.engine import create_engine
@@ -88,8 +88,8 @@ _LAZY = {
     "create_engine": ("relay.store.engine", "create_engine"),
     "migrate": ("relay.store.upgrade", "upgrade"),
     "transport_options": ("relay.publishers.transports", "transport_options"),
-    "replay": ("relay.dispatch.replay", "replay"),
-    "ReplayReport": ("relay.dispatch.replay", "ReplayReport"),
+    "replay": ("relay.dispatch.replayer", "replay"),
+    "ReplayReport": ("relay.dispatch.replayer", "ReplayReport"),
 }
 
 
