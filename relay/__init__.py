@@ -8,11 +8,13 @@ The package, in rooms by role (imports run down this list; ``tests/unit/test_lay
 holds it, with no circle):
 
 - ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``: the error tree, value
-  objects, pure decisions (backoff, breaker, batch sizing, the adaptive poll), per-key ordering,
-  settings (with the lease-derived times in ``config.timing`` and URL redaction in
-  ``config.urls``). No I/O, no third-party import.
-- ``store/``: engines, schema, migrations and the two stores (``dispatch``: the relay's verbs;
-  ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is built.
+  objects, the backoff, per-key ordering, settings (with the lease-derived times in
+  ``config.timing`` and URL redaction in ``config.urls``). No I/O, no third-party import; the
+  other pure decisions sit beside their users on this floor too (``dispatch.decisions``,
+  ``dispatch.batching``, ``dispatch.polling``, ``dispatch.pacing``, ``store.lease_sweep``).
+- ``store/``: engines, schema, migrations and the two stores (``dispatch_store``: the relay's
+  verbs; ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is
+  built.
 - ``publishers/``: the message on the wire and one publisher per kind of broker.
 - ``produce/``: the producer core (checks, row) and its adapters: ``enqueue`` in the caller's
   sync transaction, ``aio`` (public as ``relay.aio``) in an asyncio one. ``consume/``: inbox,
@@ -49,11 +51,11 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
-    from relay.dispatch.replay import ReplayReport, replay
+    from relay.dispatch.replayer import ReplayReport, replay
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
     from relay.publishers.transports import transport_options
     from relay.store.engine import create_engine
-    from relay.store.migrate import upgrade as migrate
+    from relay.store.upgrade import upgrade as migrate
 
 __all__ = [
     "BrokerUnavailable",
@@ -84,10 +86,10 @@ _LAZY = {
     "enqueue": ("relay.produce.enqueue", "enqueue"),
     "lock_keys": ("relay.produce.enqueue", "lock_keys"),
     "create_engine": ("relay.store.engine", "create_engine"),
-    "migrate": ("relay.store.migrate", "upgrade"),
+    "migrate": ("relay.store.upgrade", "upgrade"),
     "transport_options": ("relay.publishers.transports", "transport_options"),
-    "replay": ("relay.dispatch.replay", "replay"),
-    "ReplayReport": ("relay.dispatch.replay", "ReplayReport"),
+    "replay": ("relay.dispatch.replayer", "replay"),
+    "ReplayReport": ("relay.dispatch.replayer", "ReplayReport"),
 }
 
 

@@ -10,7 +10,7 @@ Tree (and where each is raised)::
     ├── SelectorError           an operator's action selected nothing and did not say "all"
     │                             relay.store.filters
     ├── ReplayRefused           a replay that cannot start: an unknown queue, nothing to replay
-    │                             relay.publishers.replay, relay.dispatch.replay
+    │                             relay.publishers.queue_replay, relay.dispatch.replayer
     ├── StoreError              the outbox database failed
     │   │                         relay.store (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable

@@ -1,5 +1,5 @@
 """The ``relay`` command line: one module per command, each declaring its parser and handler in
-one :class:`~relay.commands.base.Command`, all found through :data:`COMMANDS`."""
+one :class:`~relay.commands.command.Command`, all found through :data:`COMMANDS`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from relay.commands import (
     sources,
     status,
 )
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.urls import redact
 from relay.exceptions import ConfigError, RelayError, ReplayRefused, SelectorError

@@ -1,6 +1,6 @@
 """``relay replay --to-queue QUEUE``: publish sent events again to one existing queue alone,
 with the selectors of ``relay failed retry`` (``relay.commands.rows.add_filters``), a dry run,
-a rate limit and a resume point (``--after``); see :mod:`relay.dispatch.replay`."""
+a rate limit and a resume point (``--after``); see :mod:`relay.dispatch.replayer`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from relay.commands import rows
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import REPLAY_ONLY
 from relay.records import Status
@@ -57,7 +57,7 @@ def _rate(text: str) -> float:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from relay.dispatch.replay import replay_selected
+    from relay.dispatch.replayer import replay_selected
 
     stop = threading.Event()
     with _stopping_on_signals(stop):

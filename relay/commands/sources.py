@@ -30,7 +30,7 @@ from relay.config.databases import each, pick, several
 from relay.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from relay.commands.checks import Check
+    from relay.commands.verdicts import Check
 
 #: The commands that act on one database, and those run once per database; others: the fleet.
 SCOPES: dict[str, str] = {

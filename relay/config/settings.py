@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from relay.config import checks, retention, timing
+from relay.config import checks, retention_rules, timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, parse
 from relay.config.urls import redact
 
@@ -72,7 +72,7 @@ class Settings:
     #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.
     max_fanout: int = 8
     #: Sent rows older than this are deleted by the periodic purge; 0 means delete on send.
-    retention_seconds: float = retention.DEFAULT_SECONDS
+    retention_seconds: float = retention_rules.DEFAULT_SECONDS
     #: How often the purge runs (beat's relay.purge_sent, ``relay dispatch --loop``'s purger).
     purge_interval_seconds: float = 3600.0
     #: The statement that records a row as sent deletes it: ``RELAY_RETENTION_SECONDS=0``.

@@ -84,12 +84,12 @@ def routes(c: Console) -> list[Route]:
 
     async def event(request: Request, cred: Credential) -> Response:
         try:
-            event_id = int(request.path_params["event_id"])
+            row_id = int(request.path_params["row_id"])
         except ValueError:
-            raise BadRequest("an event id is an integer") from None
-        row = await run_in_threadpool(c.store.event, event_id)
+            raise BadRequest("a row id is an integer") from None
+        row = await run_in_threadpool(c.store.event, row_id)
         if row is None:
-            return _error(404, f"no event {event_id}")
+            return _error(404, f"no event {row_id}")
         return JSONResponse(jsonable(row, c.redact))
 
     async def audit(request: Request, cred: Credential) -> Response:
@@ -128,7 +128,7 @@ def routes(c: Console) -> list[Route]:
     return [
         Route("/api/status", guarded(status), name="api_status"),
         Route("/api/events", guarded(events), name="api_events"),
-        Route("/api/events/{event_id}", guarded(event), name="api_event"),
+        Route("/api/events/{row_id}", guarded(event), name="api_event"),
         Route("/api/audit", guarded(audit), name="api_audit"),
         Route("/api/events/retry", guarded(action("retry"), acting=True), methods=["POST"]),
         Route("/api/events/purge", guarded(action("purge"), acting=True), methods=["POST"]),

@@ -188,10 +188,10 @@ def routes(c: Console) -> list[Route]:
         )
 
     async def event(request: Request, cred: Credential) -> Response:
-        event_id = int(request.path_params["event_id"])
-        row = await run_in_threadpool(c.store.event, event_id)
+        row_id = int(request.path_params["row_id"])
+        row = await run_in_threadpool(c.store.event, row_id)
         if row is None:
-            return render(request, "error.html", cred, 404, message=f"No event {event_id}.")
+            return render(request, "error.html", cred, 404, message=f"No event {row_id}.")
         shown = jsonable(row, c.redact)
         return render(request, "event.html", cred, row=row, shown=shown)
 
@@ -267,7 +267,7 @@ def routes(c: Console) -> list[Route]:
         Route("/signin", signin, methods=["GET", "POST"], name="signin"),
         Route("/signout", page(signout, posted=True), methods=["POST"], name="signout"),
         Route("/events", page(events), name="events"),
-        Route("/events/{event_id:int}", page(event), name="event"),
+        Route("/events/{row_id:int}", page(event), name="event"),
         Route("/leases", page(leases), name="leases"),
         Route("/audit", page(audit), name="audit"),
         Route("/actions/preview", page(preview, acting=True), methods=["POST"], name="preview"),

@@ -14,7 +14,7 @@ from relay.store.filters import EventFilter, parse_when
 from relay.store.operations import Actor, Changed, OperationsStore
 
 if TYPE_CHECKING:
-    from relay.dispatch.replay import ReplayReport
+    from relay.dispatch.replayer import ReplayReport
 
 #: What replaces a masked field's value.
 MASK = "***"
@@ -132,8 +132,8 @@ def replay(
     actor: Actor,
 ) -> ReplayReport:
     """Replay the sent rows ``f`` selects to the queue ``values`` names (``to_queue``), from
-    ``after`` and at ``rate`` if given (:func:`relay.dispatch.replay.replay_selected`)."""
-    from relay.dispatch.replay import replay_selected as run
+    ``after`` and at ``rate`` if given (:func:`relay.dispatch.replayer.replay_selected`)."""
+    from relay.dispatch.replayer import replay_selected as run
 
     queue = _text(values, "to_queue")
     if queue is None:

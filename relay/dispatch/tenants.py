@@ -11,7 +11,7 @@ starve a quiet database), when an idle one is looked at again, and whose parked 
 closed when another needs the slot. Wake-ups cost one connection per PostgreSQL *server*
 (:class:`ServerWatch`, reading which databases inserted rows), not one per database.
 
-Why this answers what :mod:`relay.dispatch.fleet` measured: a turn-taking loop made a quiet
+Why this answers what :mod:`relay.dispatch.supervisor` measured: a turn-taking loop made a quiet
 database wait for the busy one's whole drain (seconds) and a database that was down stalled
 every turn; here the busy database runs on one worker at a time in units of one or two
 batches while the other workers serve the rest, and a database that is down fails its own

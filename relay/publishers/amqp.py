@@ -35,8 +35,8 @@ from relay.config import timing
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, EventUnsendable, MessageRefused
 from relay.ordering import RunGuard
 from relay.publishers import liveness, message
-from relay.publishers.base import describe, unroutable
 from relay.publishers.frames import BatchEncoder
+from relay.publishers.kombu_connection import describe, unroutable
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from kombu.utils import json as kombu_json
 from relay.exceptions import EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message
-from relay.publishers.base import KombuPublisher, kombu_message, unroutable
+from relay.publishers.kombu_connection import KombuPublisher, kombu_message, unroutable
 from relay.records import ClaimedEvent, PublishResult
 
 _REDIS_TRANSPORTS = frozenset({"redis", "rediss"})

@@ -20,12 +20,12 @@ from relay.exceptions import StoreError
 from relay.ordering import stalled_key
 from relay.records import ClaimedEvent, Stall, StalledKey, Status, StatusReport
 from relay.store import dialects
-from relay.store.base import BaseStore, executemany
 from relay.store.dialects.keys import KeyStatements
-from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
+from relay.store.dialects.purge import SENT_PURGER, RetentionStatements
 from relay.store.engine import json_loads_many
 from relay.store.filters import EventFilter
 from relay.store.schema import outbox
+from relay.store.transactions import BaseStore, executemany
 
 #: Minutes of sent counts ``relay status`` adds up (the day the purger keeps).
 COUNTS_KEPT_MINUTES = 24 * 60
@@ -256,10 +256,10 @@ class OperationsStore(BaseStore):
             },
         )
 
-    def event(self, event_id: int) -> dict[str, Any] | None:
+    def event(self, row_id: int) -> dict[str, Any] | None:
         """Every column of one row, or None when there is no such row."""
         with self._tx() as conn:
-            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(event_id,))))
+            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(row_id,))))
             row = conn.execute(stmt).mappings().first()
         return None if row is None else dict(row)
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.dispatch.replay import ReplayReport, replay_selected
+from relay.dispatch.replayer import ReplayReport, replay_selected
 from relay.exceptions import ReplayRefused, SelectorError
 from relay.publishers.message import REPLAY_HEADER
 from relay.store.eventids import default_source

@@ -10,7 +10,7 @@ import pytest
 
 import relay.commands
 from relay.commands import COMMANDS, build_parser
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.commands.status import watch
 from relay.exceptions import ConfigError
 

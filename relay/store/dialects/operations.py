@@ -1,8 +1,8 @@
 """The operator's and the reports' statements: status, gauges, lists, retry and purge, audit,
 heartbeats, retention.
 
-:class:`Operations` borrows a dialect's clock (``relay.store.dialects.base``); a database whose
-SQL differs subclasses it in its own module. Nothing on the dispatch path runs these.
+:class:`Operations` borrows a dialect's clock (``relay.store.dialects.dispatch_path``); a database
+whose SQL differs subclasses it in its own module. Nothing on the dispatch path runs these.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from sqlalchemy import (
     update,
 )
 
-from relay.store.dialects.base import Dialect
-from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, lit
+from relay.store.dialects.clock import FAILED, PENDING, PROCESSING, SENT, lit
+from relay.store.dialects.dispatch_path import Dialect
 from relay.store.filters import EventFilter, like_pattern
 from relay.store.schema import audit, heartbeats, outbox, outbox_progress
 from relay.store.timestamps import UtcDateTime

@@ -20,7 +20,7 @@ from typing import Any
 from relay.exceptions import ReplayRefused
 from relay.publishers import AMQP_TRANSPORTS, Publisher, message
 from relay.publishers.amqp import AmqpPublisher
-from relay.publishers.base import connection, translated
+from relay.publishers.kombu_connection import connection, translated
 from relay.publishers.virtual import VirtualPublisher
 from relay.records import ClaimedEvent
 

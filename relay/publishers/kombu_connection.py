@@ -54,7 +54,7 @@ class KombuPublisher:
 
     def _prepare(self, event: ClaimedEvent) -> message.OutgoingMessage:
         """The message for ``event`` (:func:`relay.publishers.message.prepare`); a replay
-        publisher routes it elsewhere (:mod:`relay.publishers.replay`)."""
+        publisher routes it elsewhere (:mod:`relay.publishers.queue_replay`)."""
         return message.prepare(event)
 
     def _connection_options(self) -> dict[str, Any]:

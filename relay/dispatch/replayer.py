@@ -12,7 +12,7 @@ The CLI and the console call :func:`replay_selected` with their parsed filter.
 
 Only ``sent`` rows are replayed, those sent when the replay starts (its horizon: the highest id
 then selected), read a page at a time in id order (so a key's events keep their
-order) and published to the queue alone (:mod:`relay.publishers.replay`), a window at a time,
+order) and published to the queue alone (:mod:`relay.publishers.queue_replay`), a window at a time,
 each window confirmed before the next; the rows are never changed. A replay stops at the first
 event the broker did not confirm, or when told to stop (``stop``: the CLI sets it on SIGTERM),
 and its report names the last id confirmed with every id before it: run it again with
@@ -38,7 +38,7 @@ from relay.config.databases import pick
 from relay.config.settings import REPLAY_ONLY
 from relay.exceptions import ReplayRefused, StoreError
 from relay.publishers import Publisher
-from relay.publishers.replay import check_queue, for_queue
+from relay.publishers.queue_replay import check_queue, for_queue
 from relay.records import ClaimedEvent, Status
 from relay.store.eventids import default_source
 from relay.store.filters import EventFilter
