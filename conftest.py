@@ -38,7 +38,7 @@ def _setup(namespace: dict[str, Any]) -> None:
     """A fresh folder, no RELAY_* variable, the relay's tables migrated on the default."""
     from kombu.transport import filesystem
 
-    from relay.store import migrate
+    from relay.store import upgrade
 
     folder = Path(tempfile.mkdtemp(prefix="relay-docs-"))
     saved_env = {k: v for k, v in os.environ.items() if k.startswith("RELAY_")}
@@ -49,7 +49,7 @@ def _setup(namespace: dict[str, Any]) -> None:
     # Kombu's filesystem transport keeps the exchanges and bindings it declared in one
     # process-wide cache: a page declaring `outbox` again in its own folder must write them.
     filesystem.Transport.global_state.clear()
-    migrate.upgrade("sqlite:///relay.sqlite3")
+    upgrade.upgrade("sqlite:///relay.sqlite3")
     namespace[_STATE] = state
     namespace["service_url"] = lambda kind: _service_url(state, kind)
 

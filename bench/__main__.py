@@ -27,6 +27,7 @@ from bench import (
     latency,
     ordering,
     producers,
+    replay,
     report,
     retention,
     services,
@@ -122,6 +123,12 @@ class Plan:
     retention_rate: int = 10_000
     #: The run without purges, minutes (``--baseline-minutes``; None: as long as the others).
     retention_baseline_minutes: float | None = None
+    #: bench.replay (issue 41): sent rows replayed, the replay's --rate, the live producer's
+    #: events a second, and seconds of each live window.
+    replay_rows: int = 1_000_000
+    replay_rate: int = 5_000
+    replay_live_rate: int = 200
+    replay_seconds: float = 60.0
 
 
 FULL = Plan(
@@ -221,6 +228,8 @@ QUICK = Plan(
     retention_minutes=0.5,
     retention_backlog=20_000,
     retention_rate=500,
+    replay_rows=30_000,
+    replay_seconds=3.0,
 )
 
 #: The setting the ``delete_on_send`` section runs the relay with beside its defaults.
@@ -296,6 +305,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
         p.retention_backlog,
         p.retention_rate,
         baseline_minutes=p.retention_baseline_minutes,
+    ),
+    "replay": lambda p: replay.run(
+        p.replay_rows, p.replay_rate, p.replay_live_rate, p.replay_seconds
     ),
 }
 

@@ -4,9 +4,9 @@
 - **Broker**: the relay's messages (same body, headers, persistent, mandatory) published with
   raw Kombu / py-amqp and publisher confirms awaited per window of 100, 1,000 or all messages,
   or one by one; built before the clock starts, so only the transport is timed.
-- **Database**: the relay's own ``Store.claim`` + ``Store.complete(sent=...)`` in a loop with no
-  broker (two commits per batch, exactly the relay's database work), timed by the drain clock
-  like the relay itself, on PostgreSQL, MariaDB and SQLite.
+- **Database**: the relay's own ``DispatchStore.claim`` + ``DispatchStore.complete(sent=...)`` in a
+  loop with no broker (two commits per batch, exactly the relay's database work), timed by the drain
+  clock like the relay itself, on PostgreSQL, MariaDB and SQLite.
 - **The naive relay** (a baseline, not the product): one row per transaction. SELECT one pending
   row FOR UPDATE SKIP LOCKED, publish it and wait for its confirm, mark it sent, commit; the row
   lock and the transaction stay open across the broker round trip.
@@ -35,10 +35,10 @@ from bench.timing import Workload, grid, measure, summarize
 from relay.config import Settings
 from relay.dispatch.dispatcher import make_worker_id
 from relay.publishers import message
-from relay.publishers.base import kombu_message
+from relay.publishers.kombu_connection import kombu_message
 from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import normalize_url
 
 
@@ -253,7 +253,7 @@ def sql_worker(stop: threading.Event) -> None:
     idle = float(os.environ.get("RELAY_TICK_SECONDS", "1"))
     # The byte bound as the relay runs it (RELAY_BATCH_MAX_BYTES or its default).
     max_bytes = os.environ.get("RELAY_BATCH_MAX_BYTES")
-    store = Store.from_url(
+    store = DispatchStore.from_url(
         os.environ["RELAY_DATABASE_URL"],
         batch_max_bytes=int(max_bytes) if max_bytes else Settings().batch_max_bytes,
     )

@@ -1,12 +1,12 @@
 """``python -m bench.claim_bytes``: what bounding claims by bytes (``RELAY_BATCH_MAX_BYTES``)
 costs the normal path, old claim against new, interleaved in one process.
 
-The same ``Store.claim`` + ``Store.complete(sent=...)`` as ``sql_ceiling``, on the bench's
-~200-byte rows, alternating batch by batch the claim bounded by rows only (``batch_max_bytes``
-None: the statement of the relay before the bound) and the claim bounded by bytes at the default
-16 MiB, over one database and one process, so a shared machine's load falls on both alike.
-Prints, per database and batch size, each side's rows/s at its median batch time and their ratio
-(new / old), with the same ratio over each half of the run as a check of its stability.
+The same ``DispatchStore.claim`` + ``DispatchStore.complete(sent=...)`` as ``sql_ceiling``, on the
+bench's ~200-byte rows, alternating batch by batch the claim bounded by rows only
+(``batch_max_bytes`` None: the statement of the relay before the bound) and the claim bounded by
+bytes at the default 16 MiB, over one database and one process, so a shared machine's load falls on
+both alike. Prints, per database and batch size, each side's rows/s at its median batch time and
+their ratio (new / old), with the same ratio over each half of the run as a check of its stability.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 from bench import rows, services
 from relay.config import Settings
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 
 
-def _batch(store: Store, batch: int) -> float:
+def _batch(store: DispatchStore, batch: int) -> float:
     """Claim and mark sent one batch of ``batch`` rows; seconds."""
     started = time.perf_counter()
     events = store.claim("bench", batch, 30.0)
@@ -40,8 +40,8 @@ def run(kind: str, batch: int, pairs: int) -> dict[str, Any]:
         try:
             rows.insert_pending(engine, (2 * pairs + 4) * batch)
             sides = {
-                "old": Store(engine),
-                "new": Store(engine, batch_max_bytes=Settings().batch_max_bytes),
+                "old": DispatchStore(engine),
+                "new": DispatchStore(engine, batch_max_bytes=Settings().batch_max_bytes),
             }
             for store in sides.values():  # warm up both statement caches and the pool
                 _batch(store, batch)

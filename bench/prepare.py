@@ -4,9 +4,9 @@ relay's claim + mark-sent path on a direct PostgreSQL connection (issue 28).
 The relay's engines run with psycopg's ``prepare_threshold=None`` so that they work behind a
 pooler in transaction mode; psycopg's default (5) prepares a statement on the server after its
 fifth execution. Both are timed in one process, same database, alternating per repetition:
-``Store.claim`` then ``Store.mark_sent`` until the table is drained, at batch 10 and 100. The
-sessions commit with ``synchronous_commit=off`` so that the WAL flush of a machine shared with
-other work (tens of milliseconds here) does not drown what preparing saves: the statements'
+``DispatchStore.claim`` then ``DispatchStore.mark_sent`` until the table is drained, at batch 10 and
+100. The sessions commit with ``synchronous_commit=off`` so that the WAL flush of a machine shared
+with other work (tens of milliseconds here) does not drown what preparing saves: the statements'
 own cost.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench import rows, services
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 
 #: psycopg's own default, which the relay's engines override.
 PSYCOPG_DEFAULT_THRESHOLD = 5
@@ -29,7 +29,7 @@ MODES: dict[str, Any] = {"never": None, "psycopg default (5)": PSYCOPG_DEFAULT_T
 
 def drain_rate(url: str, threshold: int | None, count: int, batch: int) -> float:
     """Rows per second of claim + mark sent over ``count`` fresh pending rows."""
-    store = Store.from_url(
+    store = DispatchStore.from_url(
         url,
         connect_args={"prepare_threshold": threshold, "options": "-c synchronous_commit=off"},
     )

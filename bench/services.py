@@ -21,7 +21,7 @@ import kombu
 import redis
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 
 #: Admin URLs of the database servers (a database is created per measurement on each).
 ADMIN_URLS = {
@@ -73,7 +73,7 @@ def database(
         root = tempfile.mkdtemp(prefix="relay-bench-")
         try:
             url = f"sqlite:///{root}/{name}.sqlite3"
-            migrate.upgrade(url)
+            upgrade.upgrade(url)
             yield url
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -88,9 +88,9 @@ def database(
             conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
         url = sa.make_url(admin_url).set(database=name).render_as_string(False)
         if source is None:
-            migrate.upgrade(url)
+            upgrade.upgrade(url)
         else:
-            code = "import sys; from relay.store import migrate; migrate.upgrade(sys.argv[1])"
+            code = "import sys; from relay.store import upgrade; upgrade.upgrade(sys.argv[1])"
             env = {**os.environ, "PYTHONPATH": source}
             subprocess.run([sys.executable, "-c", code, url], env=env, check=True)
         yield url

@@ -38,7 +38,7 @@ from sqlalchemy.pool import NullPool
 from bench import procs
 from bench.services import AMQP_URL, PG_ADMIN_URL, loadavg
 from bench.timing import Arrivals, latency_summary
-from relay.store import migrate
+from relay.store import upgrade
 
 #: The bench's own connections say so, to be told apart from the relay's.
 APP = "relay-bench-app"
@@ -65,7 +65,7 @@ def tenant_databases(n: int, admin_url: str = PG_ADMIN_URL) -> Iterator[list[str
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{template}"'))
         made.append(template)
-        migrate.upgrade(sa.make_url(admin_url).set(database=template).render_as_string(False))
+        upgrade.upgrade(sa.make_url(admin_url).set(database=template).render_as_string(False))
         for name in names:
             with admin.connect() as conn:
                 conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))

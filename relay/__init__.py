@@ -8,18 +8,21 @@ The package, in rooms by role (imports run down this list; ``tests/unit/test_lay
 holds it, with no circle):
 
 - ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``: the error tree, value
-  objects, pure decisions (backoff, breaker, batch sizing, the adaptive poll), per-key ordering,
-  settings (with the lease-derived times in ``config.timing`` and URL redaction in
-  ``config.urls``). No I/O, no third-party import.
-- ``store/``: engines, schema, migrations and the two stores (``dispatch``: the relay's verbs;
-  ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is built.
+  objects, the backoff, per-key ordering, settings (with the lease-derived times in
+  ``config.timing`` and URL redaction in ``config.urls``). No I/O, no third-party import; the
+  other pure decisions sit beside their users on this floor too (``dispatch.decisions``,
+  ``dispatch.batching``, ``dispatch.polling``, ``dispatch.pacing``, ``store.lease_sweep``).
+- ``store/``: engines, schema, migrations and the two stores (``dispatch_store``: the relay's
+  verbs; ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is
+  built.
 - ``publishers/``: the message on the wire and one publisher per kind of broker.
 - ``produce/``: the producer core (checks, row) and its adapters: ``enqueue`` in the caller's
   sync transaction, ``aio`` (public as ``relay.aio``) in an asyncio one. ``consume/``: inbox,
   event consumer, dead letters. ``observe/``: the observer seam, Prometheus metrics,
   OpenTelemetry tracing.
 - ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
-  the wake-up watcher, and the runner that builds a relay process for the CLI and Celery.
+  the wake-up watcher, the runner that builds a relay process for the CLI and Celery, and the
+  replay of sent events to one queue (public as ``relay.replay``).
 - ``celery/`` (the only room importing Celery, with the ``relay demo`` command), ``console/``
   (the web console), ``commands/`` (one module per ``relay`` command); ``testing`` ships the
   in-memory doubles.
@@ -48,10 +51,11 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
+    from relay.dispatch.replayer import ReplayReport, replay
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
     from relay.publishers.transports import transport_options
     from relay.store.engine import create_engine
-    from relay.store.migrate import upgrade as migrate
+    from relay.store.upgrade import upgrade as migrate
 
 __all__ = [
     "BrokerUnavailable",
@@ -61,6 +65,7 @@ __all__ = [
     "Producer",
     "PublishError",
     "RelayError",
+    "ReplayReport",
     "Settings",
     "Status",
     "StoreError",
@@ -69,6 +74,7 @@ __all__ = [
     "enqueue",
     "lock_keys",
     "migrate",
+    "replay",
     "transport_options",
 ]
 __version__ = "0.1.0"
@@ -80,8 +86,10 @@ _LAZY = {
     "enqueue": ("relay.produce.enqueue", "enqueue"),
     "lock_keys": ("relay.produce.enqueue", "lock_keys"),
     "create_engine": ("relay.store.engine", "create_engine"),
-    "migrate": ("relay.store.migrate", "upgrade"),
+    "migrate": ("relay.store.upgrade", "upgrade"),
     "transport_options": ("relay.publishers.transports", "transport_options"),
+    "replay": ("relay.dispatch.replayer", "replay"),
+    "ReplayReport": ("relay.dispatch.replayer", "ReplayReport"),
 }
 
 

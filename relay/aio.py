@@ -9,6 +9,6 @@ side comes with the base install). See docs/producing.md.
 
 from __future__ import annotations
 
-from relay.produce.aio import AsyncTarget, enqueue, lock_keys
+from relay.produce.async_adapter import AsyncTarget, enqueue, lock_keys
 
 __all__ = ["AsyncTarget", "enqueue", "lock_keys"]

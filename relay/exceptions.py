@@ -9,6 +9,8 @@ Tree (and where each is raised)::
     │                             relay.produce.enqueue; also a ValueError
     ├── SelectorError           an operator's action selected nothing and did not say "all"
     │                             relay.store.filters
+    ├── ReplayRefused           a replay that cannot start: an unknown queue, nothing to replay
+    │                             relay.publishers.queue_replay, relay.dispatch.replayer
     ├── StoreError              the outbox database failed
     │   │                         relay.store (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable
@@ -62,6 +64,10 @@ class SelectorError(RelayError):
     """The action names no rows: give ids, a filter or all."""
 
 
+class ReplayRefused(RelayError):
+    """The replay was refused before anything was sent."""
+
+
 class StoreError(RelayError):
     """The outbox database failed."""
 
@@ -111,6 +117,7 @@ __all__ = [
     "MessageRefused",
     "PublishError",
     "RelayError",
+    "ReplayRefused",
     "SelectorError",
     "StoreError",
 ]

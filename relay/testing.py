@@ -239,9 +239,9 @@ class InMemoryStore:
     def dispose(self) -> None:
         """Nothing to let go of."""
 
-    def status_of(self, event_id: int) -> Status:
-        """Where row ``event_id`` is in its life."""
-        return self.rows[event_id].status
+    def status_of(self, row_id: int) -> Status:
+        """Where row ``row_id`` is in its life."""
+        return self.rows[row_id].status
 
     def _due(self, row: Row, now: float) -> bool:
         if row.status is Status.PENDING:

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from relay.store.operations import OperationsStore
 from tests.support import databases, guard, services
@@ -80,8 +80,8 @@ def engine(db_url: str) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture
-def store(engine: sa.Engine) -> Store:
-    return Store(engine)
+def store(engine: sa.Engine) -> DispatchStore:
+    return DispatchStore(engine)
 
 
 @pytest.fixture

@@ -100,7 +100,8 @@ MEANING: dict[str, str] = {
     "console_redact": "payload and header fields the console masks on every page and answer, "
     "comma-separated (`password,card_number`; any case, any depth)",
     "databases": "several outbox databases drained by one fleet, `name=URL` pairs separated "
-    "by commas (each its own lease domain; see [Many databases](many-databases.md))",
+    "by commas, or `@PATH` of a file with one pair a line, read again on SIGHUP by `relay "
+    "dispatch --loop` (each its own lease domain; see [Many databases](many-databases.md))",
     "source": "the CloudEvents `source` of this outbox's messages, a URI-reference "
     "(`/shop/orders`); unset: `/relay/<kind>/<host>/<database>` from the database URL, without "
     "credentials. Descriptive: the event id is unique alone",

@@ -13,7 +13,7 @@ This package and ``relay.commands.demo_run`` (``relay demo``) are the only place
 Celery. Its modules:
 
 - :mod:`~relay.celery.names`: the task names, a wire contract;
-- :mod:`~relay.celery.fleet`: the relay's own tasks and beat entries (:func:`install`,
+- :mod:`~relay.celery.relay_app`: the relay's own tasks and beat entries (:func:`install`,
   :func:`create_app`), run by a :class:`~relay.celery.runtime.Runtime` per worker process;
 - :mod:`~relay.celery.acks`: :class:`PromptAcks`, a worker's acks sent as soon as its task ran;
 - :mod:`~relay.celery.wakeup`: wake-ups after commits and from beat's watcher;
@@ -29,7 +29,7 @@ from celery import Celery
 
 from relay.celery.acks import PromptAcks
 from relay.celery.events import on_event
-from relay.celery.fleet import celery_config, create_app, install
+from relay.celery.relay_app import celery_config, create_app, install
 from relay.celery.transactional import TransactionalTask, send_task
 from relay.celery.wakeup import enable_wakeup
 

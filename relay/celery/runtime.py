@@ -12,7 +12,7 @@ from relay.config import Settings
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
 from relay.dispatch.purger import Purger
-from relay.store.dispatch import DispatchStore
+from relay.store.dispatch_store import DispatchStore
 from relay.store.operations import OperationsStore
 from relay.store.retention import RetentionStore
 

@@ -122,8 +122,8 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
 
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
-    :class:`relay.dispatch.watch.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
-    or when it cannot read the outbox id sequence, a :class:`relay.dispatch.watch.Poller` looks
+    :class:`relay.dispatch.watcher.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
+    or when it cannot read the outbox id sequence, a :class:`relay.dispatch.watcher.Poller` looks
     for claimable rows adaptively, floor to tick. Over several databases, one
     :class:`relay.dispatch.serverwatch.ServerWatch` per PostgreSQL server (one connection each)
     wakes the databases that took rows. A second beat by mistake watches too: its wake-ups are

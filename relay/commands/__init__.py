@@ -1,5 +1,5 @@
 """The ``relay`` command line: one module per command, each declaring its parser and handler in
-one :class:`~relay.commands.base.Command`, all found through :data:`COMMANDS`."""
+one :class:`~relay.commands.command.Command`, all found through :data:`COMMANDS`."""
 
 from __future__ import annotations
 
@@ -17,14 +17,15 @@ from relay.commands import (
     migrate,
     probe,
     purge_sent,
+    replay,
     rows,
     sources,
     status,
 )
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.urls import redact
-from relay.exceptions import ConfigError, RelayError, SelectorError
+from relay.exceptions import ConfigError, RelayError, ReplayRefused, SelectorError
 from relay.store.filters import parse_duration
 
 #: Every ``relay`` command, in the order ``relay --help`` lists them.
@@ -35,6 +36,7 @@ COMMANDS: tuple[Command, ...] = (
     probe.COMMAND,
     dispatch.COMMAND,
     *rows.COMMANDS,
+    replay.COMMAND,
     purge_sent.COMMAND,
     inbox.COMMAND,
     console.COMMAND,
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sources.run(command.name, command.handler, settings, args)
     except RelayError as exc:
         print(f"relay: {redact(str(exc))}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError | SelectorError) else 1
+        return 2 if isinstance(exc, ConfigError | SelectorError | ReplayRefused) else 1
 
 
 __all__ = ["COMMANDS", "DESCRIPTION", "Command", "build_parser", "main", "parse_duration"]

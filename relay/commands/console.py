@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import CONSOLE_ONLY
 from relay.exceptions import ConfigError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 
 

@@ -36,7 +36,7 @@ from relay.commands.demo_report import Ledger, Outcome, Progress, judge, summari
 from relay.config import Settings
 from relay.config.urls import redact
 from relay.exceptions import ConfigError
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.operations import OperationsStore
 
 #: In-process Kombu transport; the explicit host spares a warning per connection.
@@ -75,7 +75,7 @@ def run(options: DemoOptions, *, out: TextIO = sys.stdout, err: TextIO = sys.std
         settings = Settings(
             database_url=url, broker_url=EVENTS_URL, exchange=EXCHANGE, tick_seconds=0.5
         )
-        migrate.upgrade(url)
+        upgrade.upgrade(url)
         store = OperationsStore.from_url(url)
         try:
             _refuse_unfinished_rows(store, url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 
 
@@ -27,9 +27,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     if settings.databases is not None and args.process_per_database:
-        from relay.dispatch import fleet
+        from relay.dispatch import supervisor
 
-        fleet.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
+        supervisor.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
         return 0
     if settings.databases is not None:  # RELAY_DATABASES: one process within the budget
         from relay.dispatch import tenants

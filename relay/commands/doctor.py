@@ -16,8 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from relay.commands import doctor_tls, reach
-from relay.commands.base import Command
-from relay.commands.checks import FAIL, PASS, WARN, Check
+from relay.commands.command import Command
+from relay.commands.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, ConfigError, RelayError, StoreError
 
@@ -105,7 +105,7 @@ def _schema(engine: sa.Engine) -> Check:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from relay.store.migrate import alembic_config
+    from relay.store.upgrade import alembic_config
 
     head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
     with engine.connect() as conn:

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from relay.commands.checks import FAIL, PASS, WARN, Check
+from relay.commands.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings
 from relay.config.databases import budget, each
 from relay.exceptions import ConfigError

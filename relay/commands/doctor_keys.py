@@ -3,7 +3,7 @@ their rows wait for ever (a failed head, a number no row has), named with why an
 
 from __future__ import annotations
 
-from relay.commands.checks import PASS, WARN, Check
+from relay.commands.verdicts import PASS, WARN, Check
 from relay.config import Settings
 from relay.store.operations import OperationsStore
 

@@ -13,13 +13,13 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from relay.commands.checks import PASS, WARN, Check
+from relay.commands.verdicts import PASS, WARN, Check
 from relay.config import Settings
 from relay.config.urls import redact
 from relay.exceptions import ConfigError, StoreError
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import normalize_url
-from relay.store.watch import SequenceReader
+from relay.store.sequence import SequenceReader
 
 #: Options of the pooler check's connections: autocommit, bounded connect, no prepared
 #: statements (a transaction pooler cannot keep them).
@@ -86,7 +86,7 @@ def wakeup(settings: Settings) -> Check:
     if not settings.notified:
         return Check(name, PASS, "RELAY_NOTIFY is off: the relay polls")
     var = settings.listen_variable
-    store = Store.from_url(settings.listen_connection_url, poolclass=sa.pool.NullPool)
+    store = DispatchStore.from_url(settings.listen_connection_url, poolclass=sa.pool.NullPool)
     reader = SequenceReader(store)
     try:
         sequence = reader.sequence()

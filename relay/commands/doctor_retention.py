@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from relay.commands.checks import PASS, WARN, Check
+from relay.commands.verdicts import PASS, WARN, Check
 from relay.config import Settings
 from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
 

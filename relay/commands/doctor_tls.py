@@ -19,7 +19,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from relay.commands.checks import FAIL, PASS, WARN, Check
+from relay.commands.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings, tls
 from relay.config.urls import redact
 from relay.store import dialects

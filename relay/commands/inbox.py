@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.store.filters import parse_duration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.config.urls import redact
@@ -16,9 +16,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     from relay.publishers import transports
-    from relay.store import migrate
+    from relay.store import upgrade
 
-    migrate.upgrade(settings.database_url, args.revision)
+    upgrade.upgrade(settings.database_url, args.revision)
     print(f"outbox schema at {args.revision} on {redact(settings.database_url)}")
     # A consumer may start before any relay process: give it the embedded broker's folders.
     for url in {settings.broker_url, settings.events_connection_url}:

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import BrokerUnavailable, ConfigError, StoreError

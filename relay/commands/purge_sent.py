@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from relay.commands import base
-from relay.commands.base import Command
+from relay.commands import command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.store.filters import parse_duration
@@ -23,7 +23,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    deleted = base.store(settings).purge_sent(args.older_than, batch_size=args.batch_size)
+    deleted = command.store(settings).purge_sent(args.older_than, batch_size=args.batch_size)
     print(f"{deleted} sent rows deleted")
     return 0
 

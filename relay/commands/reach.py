@@ -30,7 +30,7 @@ def database(engine: sa.Engine) -> None:
 def broker(settings: Settings) -> Iterator[Any]:
     """A Kombu connection to the events broker, connected (publishing nothing, declaring
     nothing); BrokerUnavailable when it refuses."""
-    from relay.publishers.base import connection
+    from relay.publishers.kombu_connection import connection
 
     with connection(settings.events_connection_url, timeout=BROKER_TIMEOUT_SECONDS) as conn:
         yield conn

@@ -9,8 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from relay.commands import base
-from relay.commands.base import Command
+from relay.commands import command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.records import Status
@@ -155,11 +155,11 @@ def _pending_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_failed(settings: Settings, args: argparse.Namespace) -> int:
-    return failed(base.store(settings), args)
+    return failed(command.store(settings), args)
 
 
 def _run_pending(settings: Settings, args: argparse.Namespace) -> int:
-    return pending(base.store(settings), args)
+    return pending(command.store(settings), args)
 
 
 COMMANDS = (

@@ -2,8 +2,8 @@
 
 The kinds of command (:data:`SCOPES`):
 
-- ``one`` (``failed``, ``pending``, ``purge-sent``, ``inbox``): acts on one database; with
-  several configured and no ``--source``, refused naming the choices.
+- ``one`` (``failed``, ``pending``, ``purge-sent``, ``inbox``, ``replay``): acts on one
+  database; with several configured and no ``--source``, refused naming the choices.
 - ``all`` (``console``): one process over every database (a console each, side by side), or
   the one ``--source`` names.
 - ``each`` (``migrate``, ``status``, ``doctor``, ``probe``): runs once per database, or for the
@@ -30,7 +30,7 @@ from relay.config.databases import each, pick, several
 from relay.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from relay.commands.checks import Check
+    from relay.commands.verdicts import Check
 
 #: The commands that act on one database, and those run once per database; others: the fleet.
 SCOPES: dict[str, str] = {
@@ -38,6 +38,7 @@ SCOPES: dict[str, str] = {
     "pending": "one",
     "purge-sent": "one",
     "inbox": "one",
+    "replay": "one",
     "console": "all",
     "migrate": "each",
     "status": "each",

@@ -9,8 +9,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from relay.commands import base
-from relay.commands.base import Command
+from relay.commands import command
+from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import ConfigError
@@ -29,8 +29,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.watch:
-        return watch(base.store(settings), count=args.count)
-    report = base.store(settings).status().as_dict()
+        return watch(command.store(settings), count=args.count)
+    report = command.store(settings).status().as_dict()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

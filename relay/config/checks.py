@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from relay.config import databases, retention, signing, tls
+from relay.config import databases, retention_rules, signing, tls
 from relay.config.env import check
 from relay.config.urls import redact
 
@@ -79,9 +79,10 @@ def validate(self: Settings) -> None:
         "exchange named after its queue)",
     )
     check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
-    retention.validate(
+    retention_rules.validate(
         self.retention_seconds,
-        "retention_seconds" in self.explicit or self.retention_seconds != retention.DEFAULT_SECONDS,
+        "retention_seconds" in self.explicit
+        or self.retention_seconds != retention_rules.DEFAULT_SECONDS,
         self.delete_on_send,
         self.purge_interval_seconds,
     )

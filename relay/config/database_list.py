@@ -2,13 +2,18 @@
 :class:`~relay.config.Settings` (which calls :func:`check` when it is built);
 :mod:`relay.config.databases` gives the per-database view of the settings.
 
-Pure: no I/O, no third-party import.
+``RELAY_DATABASES=@PATH`` names a file that holds the list instead (one ``name=URL`` a line,
+blank lines and lines starting with ``#`` ignored): read once, when first needed, and again
+only after :func:`forget_files` (``relay dispatch --loop`` calls it on SIGHUP to add or drop
+databases without a restart). That file is this module's only I/O; no third-party import.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from relay.config.env import check as _check
 from relay.config.urls import redact
@@ -36,10 +41,42 @@ class Database:
         return f"Database({self.name!r}, {redact(self.url)!r})"
 
 
+_files: dict[str, str] = {}
+_files_lock = threading.Lock()
+
+
+def text(raw: str) -> str:
+    """The list ``raw`` stands for: itself, or with ``@PATH`` that file's entries joined with
+    commas (read once until :func:`forget_files`); a file that cannot be read is refused naming
+    ``RELAY_DATABASES`` and the path."""
+    if not raw.strip().startswith("@"):
+        return raw
+    path = raw.strip()[1:].strip()
+    with _files_lock:
+        if path not in _files:
+            try:
+                content = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{VARIABLE}=@{path}: cannot read the file: {exc}") from None
+            # A comment is a whole line: a password may hold a '#'.
+            lines = (line.strip() for line in content.splitlines())
+            _files[path] = ",".join(line for line in lines if line and not line.startswith("#"))
+        return _files[path]
+
+
+def forget_files() -> None:
+    """Read every ``@PATH`` list again when next needed (the reload)."""
+    with _files_lock:
+        _files.clear()
+
+
 def parse(raw: str) -> tuple[Database, ...]:
-    """``orders=postgresql+psycopg://...,billing=mysql+pymysql://...`` as :class:`Database`
-    records, in the order given; a malformed entry, a bad name or a duplicate name or URL is
-    refused naming ``RELAY_DATABASES`` (never echoing a password)."""
+    """``orders=postgresql+psycopg://...,billing=mysql+pymysql://...`` (or ``@PATH``, see
+    :func:`text`) as :class:`Database` records, in the order given; a malformed entry, a bad
+    name or a duplicate name or URL is refused naming ``RELAY_DATABASES`` (never echoing a
+    password)."""
+    raw = text(raw)
+    _check(bool(raw.strip()), VARIABLE, raw, "names no database")
     entries = [e.strip() for e in _ENTRY_START.split(raw.strip())]
     found: list[Database] = []
     for entry in entries:
@@ -85,4 +122,13 @@ def check(raw: str | None, database_url: str, database_url_set: bool) -> None:
         )
 
 
-__all__ = ["DEFAULT_NAME", "NAME", "VARIABLE", "Database", "check", "parse"]
+__all__ = [
+    "DEFAULT_NAME",
+    "NAME",
+    "VARIABLE",
+    "Database",
+    "check",
+    "forget_files",
+    "parse",
+    "text",
+]

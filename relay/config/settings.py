@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from relay.config import checks, retention, timing
+from relay.config import checks, retention_rules, timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, parse
 from relay.config.urls import redact
 
@@ -72,7 +72,7 @@ class Settings:
     #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.
     max_fanout: int = 8
     #: Sent rows older than this are deleted by the periodic purge; 0 means delete on send.
-    retention_seconds: float = retention.DEFAULT_SECONDS
+    retention_seconds: float = retention_rules.DEFAULT_SECONDS
     #: How often the purge runs (beat's relay.purge_sent, ``relay dispatch --loop``'s purger).
     purge_interval_seconds: float = 3600.0
     #: The statement that records a row as sent deletes it: ``RELAY_RETENTION_SECONDS=0``.
@@ -110,7 +110,9 @@ class Settings:
     #: ``urn:example:shop``); None: derived from the database URL without its credentials
     #: (``relay.store.eventids.default_source``). Descriptive: the event id is unique alone.
     source: str | None = None
-    #: Several outbox databases, ``name=URL,...`` (``relay.config.databases``); None: one.
+    #: Several outbox databases, ``name=URL,...``, or ``@PATH``: a file with one ``name=URL`` a
+    #: line, read again on SIGHUP by ``relay dispatch --loop`` (``relay.config.databases``);
+    #: None: one.
     databases: str | None = None
     #: Several databases: most connections ``relay dispatch`` holds in all (wake-ups included).
     max_connections: int = 10
@@ -257,8 +259,21 @@ class Settings:
 
 #: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
 DATABASE_ONLY = frozenset({"database_url", "databases"})
-#: What ``relay console`` reads: the database, its credentials and the fields it masks.
-CONSOLE_ONLY = DATABASE_ONLY | {"console_token", "console_readonly_token", "console_redact"}
+#: What ``relay replay`` reads: the outbox, the events broker, what names the messages and
+#: the keys that sign them.
+REPLAY_ONLY = DATABASE_ONLY | {
+    "broker_url",
+    "events_url",
+    "exchange",
+    "source",
+    "signing_keys",
+    "delete_on_send",
+    "retention_seconds",
+    "confirm_timeout_seconds",
+}
+#: What ``relay console`` reads: the database, its credentials, the fields it masks, and what
+#: its replays read.
+CONSOLE_ONLY = REPLAY_ONLY | {"console_token", "console_readonly_token", "console_redact"}
 
 
 def env_fields() -> tuple[Field[Any], ...]:

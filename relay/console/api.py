@@ -1,7 +1,8 @@
 """The JSON API under ``/api``: the contract for scripts (names stable; docs/operations.md).
 
 ``GET /api/status`` (= ``relay status --json``), ``GET /api/events`` (a keyset page),
-``GET /api/events/{id}``, ``GET /api/audit``, ``POST /api/events/retry|purge``. A missing or
+``GET /api/events/{id}``, ``GET /api/audit``, ``POST /api/events/retry|purge``, ``POST
+/api/events/replay`` (the sent events a filter selects, to the body's ``to_queue``). A missing or
 wrong credential gets 401 and no data; a view-only one that acts gets 403. A browser session
 may call the API too, with its CSRF token in ``X-CSRF-Token`` for a POST.
 """
@@ -17,8 +18,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from relay.console.auth import Credential, csrf_ok
-from relay.console.views import BadRequest, act, bounded_id, jsonable, read_filter, read_page
-from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
+from relay.console.views import (
+    BadRequest,
+    act,
+    bounded_id,
+    jsonable,
+    read_filter,
+    read_page,
+    replay,
+)
+from relay.exceptions import (
+    BrokerUnavailable,
+    DatabaseUnavailable,
+    ReplayRefused,
+    SelectorError,
+    StoreError,
+)
 from relay.store.operations import Actor
 
 if TYPE_CHECKING:
@@ -30,6 +45,16 @@ Handler = Callable[[Request, Credential], Awaitable[Response]]
 def _error(status: int, message: str) -> JSONResponse:
     headers = {"WWW-Authenticate": 'Bearer realm="relay"'} if status == 401 else None
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, RecursionError):
+        raise BadRequest("the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
 
 
 def routes(c: Console) -> list[Route]:
@@ -45,9 +70,9 @@ def routes(c: Console) -> list[Route]:
                     return _error(403, "a session's action needs its X-CSRF-Token")
             try:
                 return await handler(request, cred)
-            except (BadRequest, SelectorError) as exc:
+            except (BadRequest, SelectorError, ReplayRefused) as exc:
                 return _error(400, str(exc))
-            except DatabaseUnavailable as exc:
+            except (DatabaseUnavailable, BrokerUnavailable) as exc:
                 return _error(503, str(exc))
             except StoreError as exc:
                 return _error(500, str(exc))
@@ -66,10 +91,10 @@ def routes(c: Console) -> list[Route]:
         return JSONResponse({"events": [jsonable(r, c.redact) for r in rows], "next": nxt})
 
     async def event(request: Request, cred: Credential) -> Response:
-        event_id = bounded_id(request.path_params["event_id"], "the event id")
-        row = await run_in_threadpool(c.store.event, event_id)
+        row_id = bounded_id(request.path_params["row_id"], "the row id")
+        row = await run_in_threadpool(c.store.event, row_id)
         if row is None:
-            return _error(404, f"no event {event_id}")
+            return _error(404, f"no event {row_id}")
         return JSONResponse(jsonable(row, c.redact))
 
     async def audit(request: Request, cred: Credential) -> Response:
@@ -80,12 +105,7 @@ def routes(c: Console) -> list[Route]:
 
     def action(verb: str) -> Handler:
         async def run(request: Request, cred: Credential) -> Response:
-            try:
-                body = await request.json()
-            except (ValueError, RecursionError):
-                raise BadRequest("the body must be a JSON object") from None
-            if not isinstance(body, dict):
-                raise BadRequest("the body must be a JSON object")
+            body = await _body(request)
             dry_run = body.get("dry_run", False)
             if not isinstance(dry_run, bool):
                 raise BadRequest("dry_run must be true or false")
@@ -98,13 +118,26 @@ def routes(c: Console) -> list[Route]:
 
         return run
 
+    async def replay_events(request: Request, cred: Credential) -> Response:
+        body = await _body(request)
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise BadRequest("dry_run must be true or false")
+        f = read_filter(body)
+        actor = Actor(cred.name, cred.role, cred.via)
+        report = await run_in_threadpool(
+            lambda: replay(c.settings, c.store, f, body, dry_run=dry_run, actor=actor)
+        )
+        return JSONResponse(report.as_dict())
+
     return [
         Route("/api/status", guarded(status), name="api_status"),
         Route("/api/events", guarded(events), name="api_events"),
-        Route("/api/events/{event_id}", guarded(event), name="api_event"),
+        Route("/api/events/{row_id}", guarded(event), name="api_event"),
         Route("/api/audit", guarded(audit), name="api_audit"),
         Route("/api/events/retry", guarded(action("retry"), acting=True), methods=["POST"]),
         Route("/api/events/purge", guarded(action("purge"), acting=True), methods=["POST"]),
+        Route("/api/events/replay", guarded(replay_events, acting=True), methods=["POST"]),
     ]
 
 

@@ -115,6 +115,7 @@ def app(
         settings.console_redact_fields,
         database=database,
         databases=databases,
+        settings=settings,
     )
     routes = [
         *api.routes(console),

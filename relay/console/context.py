@@ -10,6 +10,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
+from relay.config import Settings
 from relay.console.auth import COOKIE, Credential, Guard
 from relay.store.operations import OperationsStore
 
@@ -27,8 +28,11 @@ class Console:
         *,
         database: str | None = None,
         databases: tuple[str, ...] = (),
+        settings: Settings | None = None,
     ) -> None:
         self.store = store
+        #: What a replay publishes with (the events broker, the exchange, the source).
+        self.settings = settings or Settings(database_url=str(store.engine.url))
         self.guard = guard
         self.redact = redact
         #: With several outbox databases: this console's name, and every console's, mounted

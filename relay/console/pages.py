@@ -26,8 +26,15 @@ from relay.console.views import (
     jsonable,
     read_filter,
     read_page,
+    replay,
 )
-from relay.exceptions import DatabaseUnavailable, SelectorError, StoreError
+from relay.exceptions import (
+    BrokerUnavailable,
+    DatabaseUnavailable,
+    ReplayRefused,
+    SelectorError,
+    StoreError,
+)
 from relay.records import Status
 from relay.store.filters import EventFilter
 from relay.store.operations import Actor
@@ -38,6 +45,8 @@ if TYPE_CHECKING:
 Page = Callable[[Request, Credential], Awaitable[Response]]
 #: The filter fields a page carries from the list to the confirmation and back.
 FILTER_FIELDS = ("status", "event_type", "key", "error", "since", "until", "ids", "all")
+#: What a replay's form carries besides the filter.
+REPLAY_FIELDS = ("to_queue", "after")
 #: Rows a dry run shows before its confirmation.
 PREVIEW_ROWS = 20
 
@@ -92,9 +101,9 @@ def routes(c: Console) -> list[Route]:
                     return render(request, "error.html", cred, 403, message=message)
             try:
                 return await handler(request, cred)
-            except (BadRequest, SelectorError) as exc:
+            except (BadRequest, SelectorError, ReplayRefused) as exc:
                 return render(request, "error.html", cred, 400, message=str(exc))
-            except DatabaseUnavailable as exc:
+            except (DatabaseUnavailable, BrokerUnavailable) as exc:
                 return render(request, "error.html", cred, 503, message=str(exc))
             except StoreError as exc:
                 return render(request, "error.html", cred, 500, message=str(exc))
@@ -184,13 +193,14 @@ def routes(c: Console) -> list[Route]:
             statuses=[s.value for s in Status],
             can_retry=statuses == (Status.FAILED,),
             can_purge=statuses in ((Status.FAILED,), (Status.SENT,)),
+            can_replay=statuses == (Status.SENT,),
         )
 
     async def event(request: Request, cred: Credential) -> Response:
-        event_id = bounded_id(request.path_params["event_id"], "the event id")
-        row = await run_in_threadpool(c.store.event, event_id)
+        row_id = bounded_id(request.path_params["row_id"], "the row id")
+        row = await run_in_threadpool(c.store.event, row_id)
         if row is None:
-            return render(request, "error.html", cred, 404, message=f"No event {event_id}.")
+            return render(request, "error.html", cred, 404, message=f"No event {row_id}.")
         shown = jsonable(row, c.redact)
         return render(request, "event.html", cred, row=row, shown=shown)
 
@@ -212,6 +222,8 @@ def routes(c: Console) -> list[Route]:
     async def preview(request: Request, cred: Credential) -> Response:
         form = await request.form()
         verb, f = _action(form)
+        if verb == "replay":
+            return await replaying(request, cred, form, f, dry_run=True)
         done = await run_in_threadpool(lambda: act(c.store, verb, f, dry_run=True, actor=None))
         rows = await run_in_threadpool(c.store.list_events, f, PREVIEW_ROWS, None)
         fields = _filter_params(form)
@@ -221,9 +233,28 @@ def routes(c: Console) -> list[Route]:
             request, "confirm.html", cred, verb=verb, f=f, done=done, rows=rows, fields=fields
         )
 
+    async def replaying(
+        request: Request, cred: Credential, form: FormData, f: EventFilter, *, dry_run: bool
+    ) -> Response:
+        actor = Actor(cred.name, cred.role, "console")
+        report = await run_in_threadpool(
+            lambda: replay(c.settings, c.store, f, form, dry_run=dry_run, actor=actor)
+        )
+        fields = {**_filter_params(form), **{k: _str(form, k) for k in REPLAY_FIELDS}}
+        if f.all:
+            fields["all"] = "true"
+        if dry_run:
+            rows = await run_in_threadpool(c.store.list_events, f, PREVIEW_ROWS, None)
+            return render(
+                request, "replay.html", cred, f=f, report=report, rows=rows, fields=fields
+            )
+        return render(request, "replay.html", cred, f=f, report=report, rows=[], fields=fields)
+
     async def run(request: Request, cred: Credential) -> Response:
         form = await request.form()
         verb, f = _action(form)
+        if verb == "replay":
+            return await replaying(request, cred, form, f, dry_run=False)
         actor = Actor(cred.name, cred.role, "console")
         done = await run_in_threadpool(lambda: act(c.store, verb, f, dry_run=False, actor=actor))
         report = (await run_in_threadpool(c.store.status)).as_dict()
@@ -245,7 +276,7 @@ def routes(c: Console) -> list[Route]:
         Route("/signin", signin, methods=["GET", "POST"], name="signin"),
         Route("/signout", page(signout, posted=True), methods=["POST"], name="signout"),
         Route("/events", page(events), name="events"),
-        Route("/events/{event_id:int}", page(event), name="event"),
+        Route("/events/{row_id:int}", page(event), name="event"),
         Route("/leases", page(leases), name="leases"),
         Route("/audit", page(audit), name="audit"),
         Route("/actions/preview", page(preview, acting=True), methods=["POST"], name="preview"),
@@ -270,6 +301,8 @@ def _action(form: FormData) -> tuple[str, EventFilter]:
     if verb not in ACTIONS:
         raise BadRequest(f"unknown action {verb!r}")
     values: dict[str, Any] = {k: _str(form, k) for k in FILTER_FIELDS}
+    if verb == "replay":
+        values["status"] = "sent"
     f = read_filter(values)
     if not f.statuses:
         f = read_filter({**values, "status": "failed"})

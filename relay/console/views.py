@@ -6,17 +6,21 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from relay.config import Settings
 from relay.records import Status
 from relay.store.filters import EventFilter, parse_when
 from relay.store.operations import Actor, Changed, OperationsStore
+
+if TYPE_CHECKING:
+    from relay.dispatch.replayer import ReplayReport
 
 #: What replaces a masked field's value.
 MASK = "***"
 #: Most rows one page or API call returns.
 MAX_LIMIT = 1000
-ACTIONS = ("retry", "purge")
+ACTIONS = ("retry", "purge", "replay")
 #: The largest id (a signed 64-bit key on every database).
 MAX_ID = 2**63 - 1
 #: Most ids one request may name, and the longest text a filter field may hold.
@@ -152,6 +156,46 @@ def act(
             return store.purge_sent_events(f, dry_run=dry_run, actor=actor)
         raise BadRequest("purge takes the failed or the sent events, one status at a time")
     raise BadRequest(f"unknown action {action!r}")
+
+
+def replay(
+    settings: Settings,
+    store: OperationsStore,
+    f: EventFilter,
+    values: Mapping[str, Any],
+    *,
+    dry_run: bool,
+    actor: Actor,
+) -> ReplayReport:
+    """Replay the sent rows ``f`` selects to the queue ``values`` names (``to_queue``), from
+    ``after`` and at ``rate`` if given (:func:`relay.dispatch.replayer.replay_selected`)."""
+    from relay.dispatch.replayer import replay_selected as run
+
+    queue = _text(values, "to_queue")
+    if queue is None:
+        raise BadRequest("to_queue: a replay needs the name of an existing queue")
+    if f.statuses not in ((), (Status.SENT,)):
+        raise BadRequest("only sent events can be replayed")
+    try:
+        raw = values.get("after")
+        after = int(raw) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        raise BadRequest("after must be an event id") from None
+    try:
+        raw = values.get("rate")
+        rate = float(raw) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        raise BadRequest("rate must be a number of events a second") from None
+    return run(
+        settings,
+        f,
+        to_queue=queue,
+        after=after,
+        rate=rate,
+        dry_run=dry_run,
+        actor=actor,
+        store=store,
+    )
 
 
 def masked(value: Any, fields: frozenset[str]) -> Any:

@@ -1,4 +1,5 @@
 """The relay itself: claim -> publish -> record, the drain and loop around it, the lease keeper,
-the commit-time wake-up (a watcher of the outbox id sequence), and the runner that assembles a
-relay process from settings.
+the commit-time wake-up (a watcher of the outbox id sequence), the runner that assembles a
+relay process from settings, and the replay of sent events to one queue
+(:func:`relay.dispatch.replayer.replay`, public as ``relay.replay``).
 """

@@ -22,20 +22,15 @@ from typing import Any
 
 from relay import ordering
 from relay.config import Settings, timing
+from relay.dispatch.decisions import CircuitBreaker, RetryPolicy, exhausted, task_expired
 from relay.dispatch.lease import LeaseKeeper
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.observe.observers import Observer, Recorded
-from relay.policy import (
-    Backoff,
-    CircuitBreaker,
-    LeaseSweep,
-    RetryPolicy,
-    exhausted,
-    task_expired,
-)
+from relay.policy import Backoff
 from relay.publishers import Publisher, message
 from relay.publishers.message import TASK_HEADER
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
+from relay.store.lease_sweep import LeaseSweep
 from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)

@@ -16,11 +16,13 @@ from typing import Any
 
 from relay import publishers
 from relay.config import Settings, timing
+from relay.dispatch.batching import BatchSizer
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
+from relay.dispatch.polling import IdlePoll
 from relay.exceptions import StoreError
-from relay.policy import Backoff, BatchSizer, IdlePoll
+from relay.policy import Backoff
 from relay.publishers import Publisher
-from relay.store.dispatch import DispatchStore
+from relay.store.dispatch_store import DispatchStore
 from relay.store.protocol import Store
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,7 @@ class Dispatcher(Cycle):
         records batch N-1's outcomes and leases batch N+1 in one short transaction. No
         transaction is ever open across broker I/O; at most two batches are leased at once.
         Claims grow from ``RELAY_BATCH_SIZE`` to ``RELAY_BATCH_MAX`` while they come back full
-        (:class:`relay.policy.BatchSizer`).
+        (:class:`relay.dispatch.batching.BatchSizer`).
         """
         budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self.clock() + budget
@@ -132,7 +134,7 @@ class Dispatcher(Cycle):
         """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
         because a batch came back short), rest until ``wake`` is set or the tick passes.
 
-        With ``wake`` (set by a :class:`relay.dispatch.watch.SequenceWatcher` at most once per
+        With ``wake`` (set by a :class:`relay.dispatch.watcher.SequenceWatcher` at most once per
         ``RELAY_POLL_FLOOR_SECONDS`` while rows keep coming; set it along with ``stop`` to stop
         at once) the loop rests until woken or its adaptive poll
         is due, whichever comes first, then drains at once.

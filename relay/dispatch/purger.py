@@ -4,8 +4,8 @@ in short paced transactions, one purger at a time per database.
 One run takes the purger lease (a row of ``relay_purger``, renewed in every batch's own
 transaction, so it works behind a transaction pooler and across Celery beat, ``relay dispatch
 --loop`` and ``relay purge-sent`` alike), deletes batches sized by
-:class:`relay.policy.PurgePacing` with rests between them, and gives the lease back recording
-the rows it left past the retention (0 when it caught up): ``relay doctor`` and the metric
+:class:`relay.dispatch.pacing.PurgePacing` with rests between them, and gives the lease back
+recording the rows it left past the retention (0 when it caught up): ``relay doctor`` and the metric
 ``relay_outbox_purge_behind_rows`` read that record. Celery's ``relay.purge_sent`` runs one
 run per ``RELAY_PURGE_INTERVAL_SECONDS``; :class:`PurgeLoop` does the same in a thread of a
 loop runner.
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.config import Settings
+from relay.dispatch.pacing import PurgePacing
 from relay.exceptions import RelayError
-from relay.policy import PurgePacing
 from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ from relay.config import Settings, timing
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.dispatch.stopping import StopGuard
 from relay.observe.observers import Observer, Observers
-from relay.store.dispatch import DispatchStore, dispatch_engine_kwargs
+from relay.store.dispatch_store import DispatchStore, dispatch_engine_kwargs
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from relay.dispatch.purger import PurgeLoop
-    from relay.dispatch.watch import Poller, SequenceWatcher
+    from relay.dispatch.watcher import Poller, SequenceWatcher
 
 # The CLI's own logger: `relay dispatch` has always logged its start and end under "relay".
 log = logging.getLogger("relay")
@@ -158,9 +158,9 @@ def wake_watcher(
     ``RELAY_LISTEN_URL`` when set) calling ``on_wake`` when rows were committed, and
     ``on_unwatchable`` if it finds it cannot read the sequence; otherwise None."""
     # Loaded here, not above: only a loop or a beat watches the outbox.
-    from relay.dispatch import watch
+    from relay.dispatch import watcher
 
-    if not (settings.notify and watch.supports(settings.database_url)):
+    if not (settings.notify and watcher.supports(settings.database_url)):
         return None
     # Two connections: the reader keeps one for its looks, the looks for rows take the other.
     store = DispatchStore.from_url(
@@ -169,7 +169,7 @@ def wake_watcher(
         variable=settings.listen_variable,
         **dispatch_engine_kwargs(settings),
     )
-    return watch.SequenceWatcher(
+    return watcher.SequenceWatcher(
         store, on_wake, settings.poll_floor_seconds, on_unwatchable=on_unwatchable
     ).start()
 
@@ -178,7 +178,7 @@ def watcher(settings: Settings, on_found: Callable[[], None]) -> SequenceWatcher
     """The deployment's one watcher of new rows, started: the sequence watcher on PostgreSQL,
     elsewhere (or when the sequence cannot be read) a poller, floor to tick."""
     s = settings
-    from relay.dispatch.watch import Poller, poll_instead
+    from relay.dispatch.watcher import Poller, poll_instead
 
     deadlines = dispatch_engine_kwargs(s)
     instead = poll_instead(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from relay.policy import IdlePoll
+from relay.dispatch.polling import IdlePoll
 
 #: A watched database (PostgreSQL, whose server's statistics tell which databases took rows)
 #: that claimed rows this recently is still looked at every :data:`WARM_POLL_SECONDS` at most:

@@ -15,11 +15,11 @@ from relay.config import Settings, timing
 from relay.dispatch.dispatcher import Dispatcher
 from relay.dispatch.purger import Purger
 from relay.dispatch.serverwatch import APPLICATION_NAME
-from relay.dispatch.watch import supports
+from relay.dispatch.watcher import supports
 from relay.exceptions import RelayError
 from relay.policy import Backoff
 from relay.publishers import Publisher
-from relay.store.dispatch import DispatchStore
+from relay.store.dispatch_store import DispatchStore
 from relay.store.retention import RetentionStore
 
 log = logging.getLogger("relay")

@@ -11,7 +11,7 @@ starve a quiet database), when an idle one is looked at again, and whose parked 
 closed when another needs the slot. Wake-ups cost one connection per PostgreSQL *server*
 (:class:`ServerWatch`, reading which databases inserted rows), not one per database.
 
-Why this answers what :mod:`relay.dispatch.fleet` measured: a turn-taking loop made a quiet
+Why this answers what :mod:`relay.dispatch.supervisor` measured: a turn-taking loop made a quiet
 database wait for the busy one's whole drain (seconds) and a database that was down stalled
 every turn; here the busy database runs on one worker at a time in units of one or two
 batches while the other workers serve the rest, and a database that is down fails its own
@@ -105,6 +105,9 @@ class Tenants:
             )
         self.workers = min(slots, len(self.databases))
         self.stop = threading.Event()
+        #: SIGHUP: read ``RELAY_DATABASES=@PATH`` again (:mod:`relay.dispatch.reload`).
+        self.reload_requested = threading.Event()
+        self.threads: list[threading.Thread] = []
         self._events: queue.Queue[Done | tuple[str, ...]] = queue.Queue()
         self._jobs: queue.Queue[str | None] = queue.Queue()
         self._started: dict[str, float] = {}
@@ -136,13 +139,19 @@ class Tenants:
         return oldest is not None and time.monotonic() - oldest > self.settings.lease_seconds
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, beat: Callable[[], None] | None = None) -> Report:
-        threads = [
-            threading.Thread(target=self._work, name=f"relay-tenant-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for t in threads:
+    def start_workers(self, count: int) -> None:
+        """``count`` more worker threads, each with its own broker connection."""
+        for _ in range(count):
+            t = threading.Thread(
+                target=self._work, name=f"relay-tenant-{len(self.threads)}", daemon=True
+            )
+            self.threads.append(t)
             t.start()
+
+    def run(self, beat: Callable[[], None] | None = None) -> Report:
+        from relay.dispatch import reload
+
+        self.start_workers(self.workers)
         for w in self.watches:
             w.start()
         idle = self.workers
@@ -152,16 +161,21 @@ class Tenants:
                 if beat is not None and not self.hung():
                     beat()
                 idle += self._settle(remaining)
+                if self.reload_requested.is_set():
+                    started = reload.apply(self)
+                    if started is not None:  # None: a database to drop is still running
+                        self.reload_requested.clear()
+                        idle += started
                 idle -= self._dispatch(idle)
                 self._wait()
         finally:
             for w in self.watches:
                 w.stop()
             self.stop.set()
-            for _ in threads:
+            for _ in self.threads:
                 self._jobs.put(None)
             deadline = time.monotonic() + timing.STOP_SECONDS
-            for t in threads:
+            for t in self.threads:
                 t.join(max(0.1, deadline - time.monotonic()))
             for db in self.databases.values():
                 db.close_connection()
@@ -323,7 +337,12 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
         tenants.stop.set()
         tenants.wake(("",))
 
+    def on_hangup(*_: object) -> None:  # kill -HUP: RELAY_DATABASES=@PATH read again
+        tenants.reload_requested.set()
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if not once:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     if settings.metrics_port is not None and not once:
         from relay.observe import budget
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.core import checks
 from django.db import router
 
-from relay.django import schema
+from relay.django import alembic_bridge
 
 HINT_MIGRATE = "Run `python manage.py migrate {label} --database {alias}` (or `relay migrate`)."
 
@@ -24,16 +24,16 @@ def check_schema(
     migrated the database). Only the databases Django asks about that the relay migrates."""
     found: list[checks.CheckMessage] = []
     for alias in databases or ():
-        if not router.allow_migrate(alias, schema.APP_LABEL):
+        if not router.allow_migrate(alias, alembic_bridge.APP_LABEL):
             continue
         found += _check(alias)
     return found
 
 
 def _check(alias: str) -> list[checks.CheckMessage]:
-    hint = HINT_MIGRATE.format(label=schema.APP_LABEL, alias=alias)
+    hint = HINT_MIGRATE.format(label=alembic_bridge.APP_LABEL, alias=alias)
     try:
-        at = schema.current(alias)
+        at = alembic_bridge.current(alias)
     except Exception as exc:  # unreachable database: Django's own checks report it
         return [
             checks.Warning(
@@ -41,7 +41,7 @@ def _check(alias: str) -> list[checks.CheckMessage]:
                 id="relay.W003",
             )
         ]
-    head = schema.head()
+    head = alembic_bridge.head()
     if at is None:
         return [
             checks.Warning(
@@ -52,7 +52,7 @@ def _check(alias: str) -> list[checks.CheckMessage]:
         ]
     if at == head:
         return []
-    if at in schema.known_revisions():
+    if at in alembic_bridge.known_revisions():
         return [
             checks.Warning(
                 f"the relay's schema on database {alias!r} is at revision {at}, "

@@ -132,8 +132,8 @@ class PublishTracer(Observer):
             batch.record_exception(exc)
             raise
         finally:
-            for event_id, span in spans.items():
-                why = verdicts.get(event_id, "not published")
+            for row_id, span in spans.items():
+                why = verdicts.get(row_id, "not published")
                 if why is not None:
                     span.set_status(Status(StatusCode.ERROR, why))
                 span.end()

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from relay.config import env
 from relay.exceptions import EventError
 from relay.observe import tracing
-from relay.produce import sync
+from relay.produce import sync_adapter
 from relay.produce.wake import WakeUp
 from relay.publishers.message import RESERVED_HEADERS, TASK_HEADER, encode_body
 from relay.store import dialects
@@ -71,7 +71,7 @@ class Producer:
         row = self.event(
             event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
         )
-        return sync.write(session_or_connection, row.statement, row.values, self.wake)
+        return sync_adapter.write(session_or_connection, row.statement, row.values, self.wake)
 
     def enqueue_task(
         self,
@@ -87,7 +87,7 @@ class Producer:
         """Write a Celery task message (``relay.celery.send_task`` builds ``task``: route,
         protocol headers and properties) in the caller's transaction; returns its outbox id."""
         row = self.task(name, body, task, headers=headers, ordering_key=ordering_key, delay=delay)
-        return sync.write(session_or_connection, row.statement, row.values, self.wake)
+        return sync_adapter.write(session_or_connection, row.statement, row.values, self.wake)
 
     def event(
         self,

@@ -1,9 +1,10 @@
 """``enqueue()``: application code writes an event in its own (sync SQLAlchemy) transaction.
 
 The public face of the sync producer; the checks and the row live in :mod:`relay.produce.core`
-(shared with ``relay.aio`` and ``relay.django``), the execution in :mod:`relay.produce.sync`.
-Every check runs before the INSERT, so a bad event raises :class:`~relay.exceptions.EventError`
-(naming the field) inside the caller's transaction and nothing is written.
+(shared with ``relay.aio`` and ``relay.django``), the execution in
+:mod:`relay.produce.sync_adapter`. Every check runs before the INSERT, so a bad event raises
+:class:`~relay.exceptions.EventError` (naming the field) inside the caller's transaction and nothing
+is written.
 
 An event with an ``ordering_key`` takes its key's next number from ``outbox_sequence`` in the
 database's trigger (migration 0012), which locks the key's row until the caller's transaction
@@ -23,9 +24,9 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from relay.produce import core, sync
+from relay.produce import core, sync_adapter
 from relay.produce.core import DEFAULT_MAX_PAYLOAD_BYTES, MAX_NAME_BYTES, Producer, default
-from relay.produce.sync import in_transaction
+from relay.produce.sync_adapter import in_transaction
 from relay.produce.wake import WakeUp
 
 __all__ = [
@@ -72,7 +73,7 @@ def lock_keys(session_or_connection: Session | Connection, ordering_keys: Iterab
     such transactions then wait for each other instead of deadlocking, whatever order they
     enqueue in. Takes no number: a rollback or an unused key leaves no trace but an empty row.
     """
-    sync.lock(session_or_connection, core.sorted_keys(ordering_keys))
+    sync_adapter.lock(session_or_connection, core.sorted_keys(ordering_keys))
 
 
 def configure(*, max_payload_bytes: int | None = None, wake: WakeUp | None = None) -> Producer:

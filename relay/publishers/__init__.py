@@ -6,8 +6,8 @@ the events broker.
 - :mod:`relay.publishers.virtual`: Kombu's virtual transports (Redis, the embedded filesystem
   one, memory), which have no confirms.
 
-Both share the connection handling of :mod:`relay.publishers.base` and translate Kombu's and
-the client libraries' errors into :class:`~relay.exceptions.BrokerUnavailable` and
+Both share the connection handling of :mod:`relay.publishers.kombu_connection` and translate Kombu's
+and the client libraries' errors into :class:`~relay.exceptions.BrokerUnavailable` and
 :class:`~relay.exceptions.PublishError`. Importing this package loads no broker library; the
 factory does, for the kind it builds.
 """
@@ -50,7 +50,7 @@ def for_url(
     import kombu
 
     from relay.publishers import transports
-    from relay.publishers.base import KombuPublisher
+    from relay.publishers.kombu_connection import KombuPublisher
     from relay.publishers.signatures import Keyring
 
     transports.register()

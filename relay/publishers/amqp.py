@@ -35,8 +35,8 @@ from relay.config import timing
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, EventUnsendable, MessageRefused
 from relay.ordering import RunGuard
 from relay.publishers import liveness, message
-from relay.publishers.base import describe, unroutable
 from relay.publishers.frames import BatchEncoder
+from relay.publishers.kombu_connection import describe, unroutable
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class AmqpPublisher(liveness.WatchedPublisher):
         """The reason ``event`` fails with; a 404 for the relay's own exchange is no row's
         fault (someone deleted the exchange) but the connection's: it is redeclared."""
         if isinstance(exc, amqp.exceptions.NotFound):
-            exchange = message.prepare(event).exchange
+            exchange = self._prepare(event).exchange
             if exchange is None or exchange == self.exchange.name:
                 raise BrokerUnavailable(f"broker unavailable: {describe(exc)}") from exc
         return f"broker refused: {exc.reply_text or describe(exc)}"
@@ -159,7 +159,7 @@ class AmqpPublisher(liveness.WatchedPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = message.prepare(event, self.keyring)
+                msg = self._prepare(event)
                 self._declare_task_route(msg)
                 frames.append(_encode(encoder, msg))
             except EventUnsendable as exc:

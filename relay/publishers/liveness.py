@@ -26,7 +26,7 @@ import kombu
 
 from relay.config import timing
 from relay.exceptions import BrokerBlocked, BrokerUnavailable
-from relay.publishers.base import KombuPublisher
+from relay.publishers.kombu_connection import KombuPublisher
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from relay import records
@@ -34,10 +34,21 @@ CE_SPECVERSION = CE_PREFIX + "specversion"
 SPECVERSION = "1.0"
 #: The ``source`` of a row claimed without one (a store always sets it).
 DEFAULT_SOURCE = "/relay"
+#: The header that marks a replayed message (``relay replay``); its value is the replay's id.
+REPLAY_HEADER = "x-relay-replay"
 #: Header names the relay sets; enqueue() refuses them in the caller's headers.
 RESERVED_HEADERS = frozenset(
     {"outbox_id", "event_type", "attempt", "created_at", "ordering_key", "ordering_seq"}
-) | {"x-relay-task", CE_ID, CE_SOURCE, CE_TYPE, CE_TIME, CE_SPECVERSION, signatures.HEADER}
+) | {
+    "x-relay-task",
+    REPLAY_HEADER,
+    CE_ID,
+    CE_SOURCE,
+    CE_TYPE,
+    CE_TIME,
+    CE_SPECVERSION,
+    signatures.HEADER,
+}
 #: The row header that makes a row a Celery task (``relay.celery.send_task``): where to publish
 #: it and the protocol-2 headers and properties, resolved at enqueue. Never sent as a header.
 TASK_HEADER = records.TASK_HEADER
@@ -179,6 +190,19 @@ def build_task(event: ClaimedEvent) -> OutgoingMessage:
         exchange=task["exchange"],
         extra=dict(task.get("properties") or {}),
         declare=task.get("declare"),
+    )
+
+
+def to_queue(msg: OutgoingMessage, queue: str, replay_id: str) -> OutgoingMessage:
+    """``msg`` replayed to ``queue`` alone: the default exchange with the queue as routing key,
+    the same body, ``message_id`` and headers, plus :data:`REPLAY_HEADER` = ``replay_id``. A
+    Celery task row keeps its task id and protocol headers; only its route changes."""
+    return replace(
+        msg,
+        routing_key=queue,
+        exchange="",
+        headers={**msg.headers, REPLAY_HEADER: replay_id},
+        declare=None,
     )
 
 

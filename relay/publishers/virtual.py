@@ -16,7 +16,7 @@ from kombu.utils import json as kombu_json
 from relay.exceptions import EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message
-from relay.publishers.base import KombuPublisher, kombu_message, unroutable
+from relay.publishers.kombu_connection import KombuPublisher, kombu_message, unroutable
 from relay.records import ClaimedEvent, PublishResult
 
 _REDIS_TRANSPORTS = frozenset({"redis", "rediss"})
@@ -42,7 +42,7 @@ class VirtualPublisher(KombuPublisher):
                 result.withheld.append(event)
                 continue
             try:
-                msg = message.prepare(event, self.keyring)
+                msg = self._prepare(event)
                 if event.headers:
                     _check_headers(msg)
             except EventUnsendable as exc:

@@ -18,13 +18,14 @@ from sqlalchemy import Connection, Engine
 
 from relay.exceptions import StoreError
 from relay.ordering import stalled_key
-from relay.records import Stall, StalledKey, Status, StatusReport
+from relay.records import ClaimedEvent, Stall, StalledKey, Status, StatusReport
 from relay.store import dialects
-from relay.store.base import BaseStore, executemany
 from relay.store.dialects.keys import KeyStatements
-from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
+from relay.store.dialects.purge import SENT_PURGER, RetentionStatements
+from relay.store.engine import json_loads_many
 from relay.store.filters import EventFilter
 from relay.store.schema import outbox
+from relay.store.transactions import BaseStore, executemany
 
 #: Minutes of sent counts ``relay status`` adds up (the day the purger keeps).
 COUNTS_KEPT_MINUTES = 24 * 60
@@ -195,8 +196,49 @@ class OperationsStore(BaseStore):
             self._audit(conn, actor, "purge", chosen, done)
             return done
 
+    def sent_events(
+        self, f: EventFilter, *, after: int, horizon: int, source: str
+    ) -> list[ClaimedEvent]:
+        """The sent rows ``f`` selects with ids in ``(after, horizon]``, by id, as the claim
+        builds them (``source``: the outbox's CloudEvents source), so a replay's messages are
+        the originals."""
+        stmt = self.ops.sent_rows(self.ops.matching(f), after, horizon)
+        with self._tx() as conn:
+            rows = conn.execute(stmt).all()
+        return ClaimedEvent.from_claims(rows, json_loads_many, source)
+
+    def sent_extent(
+        self, f: EventFilter, *, after: int | None = None
+    ) -> tuple[int, tuple[int, int] | None]:
+        """How many sent rows ``f`` selects (after id ``after``), and the lowest and highest
+        such ids (None: none); the highest is a replay's horizon (rows sent after it started
+        are not part of it)."""
+        with self._tx() as conn:
+            stmt = self.ops.sent_extent(self.ops.matching(f), after)
+            n, first, last = conn.execute(stmt).one()
+        return int(n), None if last is None else (int(first), int(last))
+
+    def audit(
+        self,
+        actor: Actor,
+        action: str,
+        f: EventFilter,
+        done: Changed,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Record an operator's action taken outside a row transaction (a replay), with
+        ``extra`` beside the filter in its selector."""
+        with self._tx() as conn:
+            self._audit(conn, actor, action, f, done, extra)
+
     def _audit(
-        self, conn: Connection, actor: Actor | None, action: str, f: EventFilter, done: Changed
+        self,
+        conn: Connection,
+        actor: Actor | None,
+        action: str,
+        f: EventFilter,
+        done: Changed,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         if actor is None:
             return
@@ -208,16 +250,16 @@ class OperationsStore(BaseStore):
                 "via": actor.via,
                 "action": action,
                 "status": f.statuses[0].value,
-                "selector": f.as_dict(),
+                "selector": {**f.as_dict(), **(extra or {})},
                 "matched": done.matched,
                 "changed": done.changed,
             },
         )
 
-    def event(self, event_id: int) -> dict[str, Any] | None:
+    def event(self, row_id: int) -> dict[str, Any] | None:
         """Every column of one row, or None when there is no such row."""
         with self._tx() as conn:
-            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(event_id,))))
+            stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(row_id,))))
             row = conn.execute(stmt).mappings().first()
         return None if row is None else dict(row)
 

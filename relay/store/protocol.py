@@ -1,6 +1,6 @@
 """What the dispatcher and its lease keeper need of a store, as a protocol.
 
-:class:`relay.store.dispatch.DispatchStore` implements it over a database and
+:class:`relay.store.dispatch_store.DispatchStore` implements it over a database and
 :class:`relay.testing.InMemoryStore` in plain Python, so the dispatcher's decisions can be
 unit-tested on doubles. No SQLAlchemy here: ``relay.testing`` imports this module.
 """

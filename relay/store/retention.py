@@ -2,7 +2,7 @@
 doctor, the metrics and the console take of retention (rows past it, the oldest sent row, the
 sent counts kept when rows are deleted at send).
 
-Statements are in ``relay.store.dialects.retention`` (and the batch delete in the operations
+Statements are in ``relay.store.dialects.purge`` (and the batch delete in the operations
 dialect, shared with ``relay purge-sent``).
 """
 
@@ -16,9 +16,9 @@ from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
 from relay.store import dialects
-from relay.store.base import BaseStore
-from relay.store.dialects.retention import SENT_PURGER, RetentionStatements
+from relay.store.dialects.purge import SENT_PURGER, RetentionStatements
 from relay.store.operations import COUNTS_KEPT_MINUTES
+from relay.store.transactions import BaseStore
 
 #: Rows past the retention a purge run counts when it stops with rows left, and the most the
 #: record, ``relay doctor`` and ``relay_outbox_purge_behind_rows`` show: a bounded read of

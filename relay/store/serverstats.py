@@ -20,8 +20,8 @@ from sqlalchemy import Engine
 
 from relay.config.urls import redact
 from relay.exceptions import DatabaseUnavailable, StoreError
-from relay.store.base import translate_errors
 from relay.store.dialects.postgresql import PostgresDialect
+from relay.store.transactions import translate_errors
 
 
 class ServerStats:

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.engine import create_engine
 from tests.support.pgserver import PgServer, throwaway_server
 from tests.support.proxy import TcpProxy, running_proxy
@@ -34,7 +34,7 @@ def own_pg() -> Iterator[PgServer]:
 def own_pg_url(own_pg: PgServer) -> str:
     """A migrated outbox database on the test's own server (gone with the server)."""
     url = own_pg.create_database("relay")
-    migrate.upgrade(url)
+    upgrade.upgrade(url)
     return url
 
 

@@ -17,7 +17,7 @@ import relay
 from relay.config import Settings
 from relay.publishers import for_url
 from relay.records import ClaimedEvent
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.engine import create_engine
 from tests.acceptance.test_event_handlers import worker
 from tests.support import databases, events_app, relaying
@@ -116,8 +116,8 @@ def test_a_recreated_outbox_table_does_not_collide_with_the_inbox(
         assert relaying.drain(settings).sent == 30
         wait_until(lambda: len(_handled(handled_db)) >= 30, 60, "the first table's events")
         outbox.dispose()
-        migrate.downgrade(_url(outbox), "base")
-        migrate.upgrade(_url(outbox))
+        upgrade.downgrade(_url(outbox), "base")
+        upgrade.upgrade(_url(outbox))
         _enqueue(outbox, range(100, 130))
         with outbox.connect() as conn:
             assert conn.execute(sa.text("SELECT min(id) FROM outbox")).scalar_one() == 1
@@ -168,7 +168,7 @@ def test_upgrade_in_flight_loses_nothing_and_duplicates_only_the_rows_in_flight(
         backend_pool.database("postgresql", migrated=False) as url,
         worker(pg_url, amqp_url, exchange_name, queue, tmp_path, "w1"),
     ):
-        migrate.upgrade(url, "0009")
+        upgrade.upgrade(url, "0009")
         engine = create_engine(url)
         try:
             with engine.begin() as conn:
@@ -189,7 +189,7 @@ def test_upgrade_in_flight_loses_nothing_and_duplicates_only_the_rows_in_flight(
                     )
                 )
             wait_until(lambda: len(_handled(handled_db)) >= 30, 60, "the old relay's messages")
-            migrate.upgrade(url)
+            upgrade.upgrade(url)
             report = relaying.drain(_settings(url, amqp_url, exchange_name))
             assert report.sent == 40, report
             wait_until(lambda: len(_handled(handled_db)) >= 70, 60, "the re-sent events")

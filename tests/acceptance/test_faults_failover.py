@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.engine import create_engine
 from tests.support import celery_fleet
 from tests.support.broker import Collector
@@ -55,7 +55,7 @@ def cluster() -> Iterator[Cluster]:
     """A primary and its synchronous standby of the test's own, a migrated outbox database,
     and the endpoint to the primary; all removed at teardown."""
     with throwaway_pair() as (primary, standby):
-        migrate.upgrade(primary.create_database("relay"))
+        upgrade.upgrade(primary.create_database("relay"))
         endpoint = TcpProxy(("127.0.0.1", primary.port))
         try:
             yield Cluster(primary, standby, endpoint)

@@ -81,11 +81,11 @@ def produce(engine: sa.Engine, arrivals: Arrivals, seconds: float = SECONDS) -> 
     with engine.connect() as conn:
         for n in range(int(RATE * seconds)):
             time.sleep(max(0.0, start + n / RATE - time.monotonic()))  # the producer's pace
-            event_id = conn.execute(sql).scalar_one()
+            row_id = conn.execute(sql).scalar_one()
             began = time.monotonic()
             conn.commit()
-            committed[event_id] = time.monotonic()
-            took[event_id] = committed[event_id] - began
+            committed[row_id] = time.monotonic()
+            took[row_id] = committed[row_id] - began
     assert arrivals.wait_for(list(committed), 30.0) == 0, "events missing"
     return Window(
         latency={i: arrivals.at[i] - t for i, t in committed.items()},

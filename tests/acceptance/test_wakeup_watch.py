@@ -33,14 +33,14 @@ def insert_plain_sql(
     INSERT; its id and the time just before COMMIT."""
     with engine.connect() as conn:
         sql = "INSERT INTO outbox (event_type, payload) VALUES ('plain.sql', '{}')"
-        event_id = conn.execute(sa.text(f"{sql} RETURNING id")).scalar_one()
+        row_id = conn.execute(sa.text(f"{sql} RETURNING id")).scalar_one()
         time.sleep(hold)  # the rest of the writer's business transaction
         began = time.monotonic()
         if commit:
             conn.commit()
         else:
             conn.rollback()
-    return event_id, began
+    return row_id, began
 
 
 def latencies(
@@ -50,9 +50,9 @@ def latencies(
     INSERT); each one's commit-to-arrival time."""
     out = []
     for _ in range(events):
-        event_id, began = insert_plain_sql(engine, hold=hold)
-        assert arrivals.wait_for([event_id], 10.0) == 0, f"event {event_id} never arrived"
-        out.append(arrivals.at[event_id] - began)
+        row_id, began = insert_plain_sql(engine, hold=hold)
+        assert arrivals.wait_for([row_id], 10.0) == 0, f"event {row_id} never arrived"
+        out.append(arrivals.at[row_id] - began)
         time.sleep(gap)  # pacing of the producer, not synchronization
     return out
 

@@ -29,10 +29,10 @@ def engine(django_db: str) -> Iterator[sa.Engine]:
 def test_commit_writes_the_event(engine: sa.Engine) -> None:
     """An event enqueued in a committed atomic() block is a pending row with its columns."""
     with transaction.atomic():
-        event_id = relay.django.enqueue(
+        row_id = relay.django.enqueue(
             "order.created", {"id": 7}, headers={"tenant": "acme"}, ordering_key="o-7"
         )
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["payload"], row["headers"], row["ordering_key"], row["seq"]) == (
         "pending",
         {"id": 7},
@@ -71,12 +71,12 @@ def test_savepoint_rolled_back_takes_only_its_events(engine: sa.Engine) -> None:
 def test_delay_makes_the_event_due_later(engine: sa.Engine) -> None:
     """``delay`` sets next_retry_at in the future, like relay.enqueue."""
     with transaction.atomic():
-        event_id = relay.django.enqueue("e", {}, delay=3600)
+        row_id = relay.django.enqueue("e", {}, delay=3600)
     with engine.connect() as conn:
         due = conn.execute(sa.select(outbox.c.next_retry_at, outbox.c.created_at)).one()
     assert due.next_retry_at is not None
     assert (due.next_retry_at - due.created_at).total_seconds() > 3500
-    assert event_id in rows(engine)
+    assert row_id in rows(engine)
 
 
 def test_autocommit_is_refused(engine: sa.Engine) -> None:
@@ -135,5 +135,5 @@ def test_lock_keys_takes_no_number(engine: sa.Engine) -> None:
     """lock_keys in atomic() locks keys without numbering: the next event of a key is 1."""
     with transaction.atomic():
         relay.django.lock_keys(["b", "a", "a"])
-        event_id = relay.django.enqueue("e", {}, ordering_key="a")
-    assert rows(engine, event_id)[event_id]["seq"] == 1
+        row_id = relay.django.enqueue("e", {}, ordering_key="a")
+    assert rows(engine, row_id)[row_id]["seq"] == 1

@@ -7,8 +7,8 @@ import sqlalchemy as sa
 from django.core.management import call_command
 from django.db import connections
 
-from relay.django import checks, schema
-from relay.store import migrate
+from relay.django import alembic_bridge, checks
+from relay.store import upgrade
 from relay.store.engine import create_engine
 
 
@@ -16,7 +16,7 @@ def _version(url: str) -> str | None:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            if not sa.inspect(conn).has_table(schema.VERSION_TABLE):
+            if not sa.inspect(conn).has_table(alembic_bridge.VERSION_TABLE):
                 return None
             return conn.execute(sa.text("SELECT version_num FROM relay_alembic_version")).scalar()
     finally:
@@ -33,11 +33,11 @@ def test_migrate_from_empty_then_relay_migrate_agrees(empty_url: str) -> None:
     has nothing to do and the schema matches the relay's metadata (``alembic check``)."""
     assert _ids() == ["relay.W001"]
     call_command("migrate", "relay", verbosity=0)
-    assert _version(empty_url) == schema.head()
+    assert _version(empty_url) == alembic_bridge.head()
     assert _ids() == []
-    migrate.upgrade(empty_url)
-    migrate.check(empty_url)
-    assert _version(empty_url) == schema.head()
+    upgrade.upgrade(empty_url)
+    upgrade.check(empty_url)
+    assert _version(empty_url) == alembic_bridge.head()
 
 
 @pytest.mark.timeout(120)
@@ -45,7 +45,7 @@ def test_migrate_after_relay_migrate_is_a_noop(django_db: str) -> None:
     """On a database ``relay migrate`` already brought to head, ``migrate`` succeeds, records
     the relay's migration, and changes nothing."""
     call_command("migrate", "relay", verbosity=0)
-    assert _version(django_db) == schema.head()
+    assert _version(django_db) == alembic_bridge.head()
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT name FROM django_migrations WHERE app = 'relay' ORDER BY name")
         assert [row[0] for row in cursor.fetchall()] == [
@@ -55,7 +55,7 @@ def test_migrate_after_relay_migrate_is_a_noop(django_db: str) -> None:
             "0004_relay_0014",
         ]
     call_command("migrate", "relay", verbosity=0)  # and again: nothing left to apply
-    migrate.check(django_db)
+    upgrade.check(django_db)
 
 
 @pytest.mark.timeout(120)
@@ -66,7 +66,7 @@ def test_migrate_zero_drops_the_relay_tables(django_db: str) -> None:
     assert _version(django_db) is None
     assert _ids() == ["relay.W001"]
     call_command("migrate", "relay", verbosity=0)
-    assert _version(django_db) == schema.head()
+    assert _version(django_db) == alembic_bridge.head()
 
 
 @pytest.mark.timeout(120)
@@ -74,7 +74,7 @@ def test_check_reports_an_outdated_and_an_unknown_revision(django_db: str) -> No
     """Behind head: Warning naming the revisions with the command to run; a revision the
     relay does not know (a newer relay migrated): Error."""
     assert _ids() == []
-    migrate.downgrade(django_db, "0010")
+    upgrade.downgrade(django_db, "0010")
     [behind] = checks.check_schema(databases=["default"])
     assert behind.id == "relay.W002"
     assert "0010" in behind.msg
@@ -98,4 +98,4 @@ def test_the_last_django_migration_reaches_the_alembic_head() -> None:
 
     loader = MigrationLoader(None, ignore_no_migrations=True)
     names = sorted(name for app, name in loader.disk_migrations if app == "relay")
-    assert names[-1].endswith("_relay_" + schema.head())
+    assert names[-1].endswith("_relay_" + alembic_bridge.head())

@@ -69,9 +69,9 @@ def test_a_failing_wake_does_not_undo_the_commit(
 
     monkeypatch.setattr(core.default(), "wake", broken)
     with transaction.atomic():
-        event_id = relay.django.enqueue("e", {})
+        row_id = relay.django.enqueue("e", {})
     engine = create_engine(django_db)
     try:
-        assert list(rows(engine)) == [event_id]
+        assert list(rows(engine)) == [row_id]
     finally:
         engine.dispose()

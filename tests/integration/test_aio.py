@@ -16,7 +16,7 @@ import relay
 import relay.aio
 from relay.exceptions import EventError
 from relay.produce import core
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from tests.support import databases
 from tests.support.rows import rows
@@ -148,7 +148,7 @@ def test_keyed_events_are_numbered_in_commit_order_while_the_first_stays_open(
     assert waited, "the second writer of key k did not wait for the first's transaction"
     found = rows(sync_engine)
     assert (found[a]["seq"], found[b]["seq"]) == (1, 2)
-    claimed = Store(sync_engine).claim("w", 10, lease_seconds=60)
+    claimed = DispatchStore(sync_engine).claim("w", 10, lease_seconds=60)
     assert [(e.event_type, e.seq) for e in sorted(claimed, key=lambda e: e.seq or 0)] == [
         ("k.first", 1),
         ("k.second", 2),

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from relay.celery.databases import Runtimes, fleet_tick
+from relay.celery.many_databases import Runtimes, fleet_tick
 from relay.config import Settings
 from relay.dispatch.serverwatch import server_watches
 from relay.store.engine import create_engine

@@ -9,14 +9,14 @@ import pytest
 import sqlalchemy as sa
 
 from relay.records import Rescheduled
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from relay.store.operations import OperationsStore
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, make_due, rows
 
 
 def _claimer(url: str, worker: str, batch: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    store = Store(create_engine(url))
+    store = DispatchStore(create_engine(url))
     claimed: list[int] = []
     empty = 0
     while empty < 3:
@@ -56,13 +56,13 @@ def test_concurrent_claimers_claim_each_row_exactly_once(
     assert count_by_status(engine) == {"sent": total}
 
 
-def test_claim_sets_the_lease_in_database_time(store: Store, engine: sa.Engine) -> None:
+def test_claim_sets_the_lease_in_database_time(store: DispatchStore, engine: sa.Engine) -> None:
     """A claim marks rows processing, locked_by me, attempt+1, locked_until = db now + lease."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     with engine.connect() as conn:
         before = conn.execute(sa.select(store.dialect.now())).scalar()
     (event,) = store.claim("w1", 10, lease_seconds=60)
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["locked_by"], row["attempt"], event.attempt) == (
         "processing",
         "w1",
@@ -75,32 +75,32 @@ def test_claim_sets_the_lease_in_database_time(store: Store, engine: sa.Engine) 
 
 
 def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(
-    store: Store, engine: sa.Engine
+    store: DispatchStore, engine: sa.Engine
 ) -> None:
     """Worker A's lease expires, B reclaims with attempt+1; A's late outcomes change nothing."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     (held_by_a,) = store.claim("A", 10, lease_seconds=60)
     expire_leases(engine)
     (held_by_b,) = store.claim("B", 10, lease_seconds=60)
-    assert held_by_b.id == event_id
+    assert held_by_b.id == row_id
     assert held_by_b.attempt == held_by_a.attempt + 1
 
     assert store.complete("A", sent=[held_by_a]).sent == 0
     assert store.complete("A", rescheduled=[Rescheduled(held_by_a, 0.0, "late")]).rescheduled == 0
     assert store.complete("A", sent=[held_by_a]).lost == 1
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["locked_by"], row["attempt"]) == ("processing", "B", 2)
 
     assert store.complete("B", sent=[held_by_b]).sent == 1
-    assert rows(engine, event_id)[event_id]["status"] == "sent"
+    assert rows(engine, row_id)[row_id]["status"] == "sent"
 
 
-def test_rescheduled_row_waits_for_its_backoff(store: Store, engine: sa.Engine) -> None:
+def test_rescheduled_row_waits_for_its_backoff(store: DispatchStore, engine: sa.Engine) -> None:
     """A rescheduled row is not claimable before next_retry_at, and is afterwards."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     (event,) = store.claim("w", 10, lease_seconds=60)
     assert store.complete("w", rescheduled=[Rescheduled(event, 60.0, "nack")]).rescheduled == 1
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["last_error"], row["locked_by"]) == ("pending", "nack", None)
     assert store.claim("w", 10, lease_seconds=60) == []
     make_due(engine)
@@ -108,7 +108,9 @@ def test_rescheduled_row_waits_for_its_backoff(store: Store, engine: sa.Engine) 
     assert again.attempt == 2
 
 
-def test_claim_takes_oldest_first_and_respects_the_limit(store: Store, engine: sa.Engine) -> None:
+def test_claim_takes_oldest_first_and_respects_the_limit(
+    store: DispatchStore, engine: sa.Engine
+) -> None:
     """Rows come out in id order, at most ``limit`` per claim."""
     ids = enqueue_many(engine, 25)
     first = store.claim("w", 10, lease_seconds=60)
@@ -116,7 +118,7 @@ def test_claim_takes_oldest_first_and_respects_the_limit(store: Store, engine: s
 
 
 def test_ordering_key_leases_a_run_per_key_and_nothing_behind_it(
-    store: Store, engine: sa.Engine
+    store: DispatchStore, engine: sa.Engine
 ) -> None:
     """A claim leases half the keys it finds, each as a run in sequence order, beside unordered
     rows; while a run is held nobody can claim that key; the next claim takes the other key."""
@@ -134,7 +136,7 @@ def test_ordering_key_leases_a_run_per_key_and_nothing_behind_it(
     assert (nxt.ordering_key, nxt.seq) == ("order-2", 3)
 
 
-def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:
+def test_failed_head_holds_its_key(store: DispatchStore, engine: sa.Engine) -> None:
     """A key whose head row is failed is held until an operator retries it; then the key goes
     on in order from that row."""
     a = enqueue_many(engine, 2, ordering_key="k")
@@ -149,7 +151,7 @@ def test_failed_head_holds_its_key(store: Store, engine: sa.Engine) -> None:
     assert [(e.id, e.attempt) for e in again] == [(a[0], 1), (a[1], 1)]
 
 
-def test_purging_a_failed_head_lets_its_key_go_on(store: Store, engine: sa.Engine) -> None:
+def test_purging_a_failed_head_lets_its_key_go_on(store: DispatchStore, engine: sa.Engine) -> None:
     """Purging a failed head moves its key past it: the next row becomes the head."""
     a = enqueue_many(engine, 2, ordering_key="k")
     from relay.records import Buried

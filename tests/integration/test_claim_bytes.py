@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 import relay
 from relay.records import ClaimedEvent
 from relay.store import dialects
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.schema import outbox
 
 
@@ -37,7 +37,7 @@ def _bytes(engine: sa.Engine) -> dict[int, int]:
         return dict(conn.execute(sa.select(outbox.c.id, dialect.row_bytes())).all())  # type: ignore[arg-type]
 
 
-def _drain(store: Store, limit: int = 100) -> list[list[ClaimedEvent]]:
+def _drain(store: DispatchStore, limit: int = 100) -> list[list[ClaimedEvent]]:
     """Claim and mark sent until a claim finds nothing; every batch, in claim order."""
     batches = []
     while batch := store.claim("w", limit, lease_seconds=60):
@@ -53,7 +53,7 @@ def test_a_claim_stays_within_the_byte_bound_and_drains_everything(engine: sa.En
     ids = _enqueue(engine, [10_000 + 2_000 * (i % 11) for i in range(60)])
     size = _bytes(engine)
     bound = 100_000
-    batches = _drain(Store(engine, batch_max_bytes=bound))
+    batches = _drain(DispatchStore(engine, batch_max_bytes=bound))
     claimed = [e.id for batch in batches for e in batch]
     assert claimed == ids
     for batch in batches:
@@ -66,7 +66,7 @@ def test_a_row_larger_than_the_bound_is_claimed_alone(engine: sa.Engine) -> None
     """A row of 50 KB under a bound of 20 KB is never stranded: a claim takes it alone, and the
     small rows behind it come after it."""
     big, *small = _enqueue(engine, [50_000, 100, 100, 100])
-    store = Store(engine, batch_max_bytes=20_000)
+    store = DispatchStore(engine, batch_max_bytes=20_000)
     assert [e.id for e in store.claim("w", 100, lease_seconds=60)] == [big]
     assert [e.id for batch in _drain(store) for e in batch] == small
 
@@ -77,7 +77,7 @@ def test_headers_count_toward_the_bound(engine: sa.Engine) -> None:
     ids = _enqueue(engine, [10] * 4, headers={"trace": "t" * 5_000})
     size = _bytes(engine)
     assert all(n > 5_000 for n in size.values())
-    batches = _drain(Store(engine, batch_max_bytes=12_000))
+    batches = _drain(DispatchStore(engine, batch_max_bytes=12_000))
     assert [[e.id for e in b] for b in batches] == [ids[:2], ids[2:]]
 
 
@@ -92,7 +92,7 @@ def test_a_keys_run_is_cut_short_in_order_and_never_split(engine: sa.Engine) -> 
         ids += _enqueue(engine, [4_000])
     size = _bytes(engine)
     bound = 40_000
-    batches = _drain(Store(engine, batch_max_bytes=bound))
+    batches = _drain(DispatchStore(engine, batch_max_bytes=bound))
     assert sorted(e.id for b in batches for e in b) == sorted(ids)
     seen: dict[str | None, list[int]] = {"a": [], "b": []}
     for batch in batches:
@@ -113,7 +113,7 @@ def test_oversized_heads_and_rows_are_each_claimed_at_most_one_per_lane(
     for _ in range(3):
         ids += _enqueue(engine, [30_000], ordering_key="k")
         ids += _enqueue(engine, [30_000])
-    batches = _drain(Store(engine, batch_max_bytes=10_000))
+    batches = _drain(DispatchStore(engine, batch_max_bytes=10_000))
     assert sorted(e.id for b in batches for e in b) == sorted(ids)
     for batch in batches:
         assert len([e for e in batch if e.seq is None]) <= 1
@@ -126,5 +126,5 @@ def test_oversized_heads_and_rows_are_each_claimed_at_most_one_per_lane(
 def test_the_row_limit_still_applies_under_the_byte_bound(engine: sa.Engine, limit: int) -> None:
     """Small rows under a large bound: the claim is bounded by rows, as before."""
     _enqueue(engine, [10] * 5)
-    store = Store(engine, batch_max_bytes=1_000_000)
+    store = DispatchStore(engine, batch_max_bytes=1_000_000)
     assert len(store.claim("w", limit, lease_seconds=60)) == limit

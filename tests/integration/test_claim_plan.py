@@ -73,9 +73,9 @@ def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url
     record a batch (mark sent, renew, release, held) reach their rows by primary key. Read
     through ix_outbox_unsent, a bitmap scan visited every processing entry the index held, dead
     versions of rows sent long ago included, so each batch cost more than the last."""
-    from relay.store.dispatch import Store
+    from relay.store.dispatch_store import DispatchStore
 
-    store = Store.from_url(pg_url)
+    store = DispatchStore.from_url(pg_url)
     try:
         with store.engine.begin() as conn:
             _insert_pending(conn, 20000)
@@ -105,9 +105,9 @@ def test_a_claim_skips_the_leases_still_running_without_reading_them(pg_url: str
     leases run: the next claim reads the pending rows it takes, not the leased rows in front
     of them (one index over both statuses made every claim read each of those from the
     table to see that its lease still ran)."""
-    from relay.store.dispatch import Store
+    from relay.store.dispatch_store import DispatchStore
 
-    store = Store.from_url(pg_url)
+    store = DispatchStore.from_url(pg_url)
     try:
         with store.engine.begin() as conn:
             _insert_pending(conn, 12000)
@@ -136,9 +136,9 @@ def test_the_hot_path_claim_does_not_read_the_leases_of_rows_sent_since_the_last
     the lane of expired leases reads them all (a bitmap scan over every such entry, 9 ms a
     claim after a minute at 3,000 events a second); the claim a dispatcher makes between two
     sweeps (``expired=False``) and the wake-up's look for new rows read a few pages."""
-    from relay.store.dispatch import Store
+    from relay.store.dispatch_store import DispatchStore
 
-    store = Store.from_url(pg_url)
+    store = DispatchStore.from_url(pg_url)
     try:
         with store.engine.begin() as conn:
             conn.execute(sa.text("ALTER TABLE outbox SET (autovacuum_enabled = off)"))
@@ -240,7 +240,7 @@ def test_the_purge_reads_the_oldest_sent_rows_by_index_whatever_the_statistics(
     past the retention read the first entries of ix_outbox_sent_at. With the retention tested
     inside the LIMIT the planner took the matching rows for a few, read the whole table and
     sorted it for every batch (0.17 s a batch of 2,000 at 270,000 rows, against 0.01 s)."""
-    from relay.store.dialects.retention import RetentionStatements
+    from relay.store.dialects.purge import RetentionStatements
 
     engine = create_engine(pg_url)
     try:

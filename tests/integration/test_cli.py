@@ -10,7 +10,7 @@ import sys
 import sqlalchemy as sa
 
 from relay.records import Buried
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from tests.support.rows import count_by_status, enqueue_many
 
 
@@ -21,13 +21,13 @@ def relay_cmd(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _bury(store: Store, n: int) -> None:
+def _bury(store: DispatchStore, n: int) -> None:
     events = store.claim("w", n, lease_seconds=60)
     store.complete("w", buried=[Buried(e, f"poison {e.id}") for e in events])
 
 
 def test_status_json_reports_counts_age_and_failed(
-    db_url: str, engine: sa.Engine, store: Store
+    db_url: str, engine: sa.Engine, store: DispatchStore
 ) -> None:
     """`relay status --json` gives rows per status, the oldest pending age and failed count."""
     enqueue_many(engine, 3)
@@ -54,7 +54,7 @@ def test_status_text_on_an_empty_outbox(db_url: str) -> None:
     ]
 
 
-def test_failed_list_retry_and_purge(db_url: str, engine: sa.Engine, store: Store) -> None:
+def test_failed_list_retry_and_purge(db_url: str, engine: sa.Engine, store: DispatchStore) -> None:
     """Operators list dead letters, retry some (fresh attempts), purge the rest."""
     ids = enqueue_many(engine, 3)
     _bury(store, 3)
@@ -73,7 +73,7 @@ def test_failed_list_retry_and_purge(db_url: str, engine: sa.Engine, store: Stor
 
 
 def test_purge_sent_deletes_only_old_sent_rows(
-    db_url: str, engine: sa.Engine, store: Store
+    db_url: str, engine: sa.Engine, store: DispatchStore
 ) -> None:
     """purge-sent removes sent rows older than the retention and nothing else."""
     enqueue_many(engine, 5)

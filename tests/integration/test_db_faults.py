@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.exceptions import DatabaseUnavailable
-from relay.store.dispatch import DispatchStore
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine, ping
 from tests.support.proxy import TcpProxy
 from tools.pgserver import free_port

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from relay.store.dialects import for_name
 from relay.store.dialects.mysql import MySQLDialect
 from relay.store.dialects.sqlite import SQLiteDialect
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from relay.store.operations import OperationsStore
 from relay.store.schema import outbox
@@ -34,26 +34,28 @@ def _far_session(url: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def far_store(db_url: str) -> Iterator[Store]:
+def far_store(db_url: str) -> Iterator[DispatchStore]:
     """A store whose sessions run in a time zone nine and a half hours from UTC."""
-    store = Store(create_engine(db_url, **_far_session(db_url)))
+    store = DispatchStore(create_engine(db_url, **_far_session(db_url)))
     yield store
     store.dispose()
 
 
-def test_aware_timestamps_round_trip_as_the_same_instant(store: Store, engine: sa.Engine) -> None:
+def test_aware_timestamps_round_trip_as_the_same_instant(
+    store: DispatchStore, engine: sa.Engine
+) -> None:
     """A non-UTC aware datetime written through the schema reads back as the same instant,
     still aware, whatever the database's native type."""
-    (event_id,) = enqueue_many(engine, 1)
+    (row_id,) = enqueue_many(engine, 1)
     when = datetime(2031, 3, 4, 5, 6, 7, 891_000, tzinfo=FAR_ZONE)
     with engine.begin() as conn:
-        conn.execute(sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == event_id))
-    got = rows(engine, event_id)[event_id]["next_retry_at"]
+        conn.execute(sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == row_id))
+    got = rows(engine, row_id)[row_id]["next_retry_at"]
     assert got.tzinfo is not None
     assert got == when
 
 
-def test_database_clock_is_utc_whatever_the_session_time_zone(far_store: Store) -> None:
+def test_database_clock_is_utc_whatever_the_session_time_zone(far_store: DispatchStore) -> None:
     """In a +09:30 session the database clock, the lease and the due check all stay in UTC."""
     engine, clock = far_store.engine, far_store.dialect
     with engine.connect() as conn:
@@ -62,11 +64,9 @@ def test_database_clock_is_utc_whatever_the_session_time_zone(far_store: Store) 
 
     due, later = enqueue_many(engine, 2)
     with engine.begin() as conn:
-        for event_id, offset in ((due, -3600), (later, 3600)):
+        for row_id, offset in ((due, -3600), (later, 3600)):
             when = (datetime.now(UTC) + timedelta(seconds=offset)).astimezone(FAR_ZONE)
-            conn.execute(
-                sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == event_id)
-            )
+            conn.execute(sa.update(outbox).values(next_retry_at=when).where(outbox.c.id == row_id))
     claimed = far_store.claim("w", 10, lease_seconds=60)
     assert [e.id for e in claimed] == [due], "due-ness must compare instants, not wall clocks"
     locked_until = rows(engine, due)[due]["locked_until"]

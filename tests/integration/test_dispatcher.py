@@ -15,7 +15,7 @@ from relay.dispatch.dispatcher import Dispatcher
 from relay.observe.observers import Observer
 from relay.publishers import for_url
 from relay.records import ClaimedEvent, PublishResult
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.testing import InMemoryPublisher
 from tests.support.broker import Collector
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, rows
@@ -42,7 +42,7 @@ def _drain_until(dispatcher: Dispatcher, done: Any, timeout: float = 30.0) -> No
 
 
 def test_failing_row_backs_off_then_dead_letters_while_others_flow(
-    store: Store, engine: sa.Engine, settings: Settings, amqp_url: str, exchange_name: str
+    store: DispatchStore, engine: sa.Engine, settings: Settings, amqp_url: str, exchange_name: str
 ) -> None:
     """An unroutable event is rescheduled with growing delays, then `failed` with last_error;
     the routable events around it are all sent meanwhile."""
@@ -78,7 +78,7 @@ def test_failing_row_backs_off_then_dead_letters_while_others_flow(
 
 
 def test_events_the_broker_refuses_are_logged_with_the_reason(
-    store: Store,
+    store: DispatchStore,
     engine: sa.Engine,
     settings: Settings,
     amqp_url: str,
@@ -103,7 +103,7 @@ def test_events_the_broker_refuses_are_logged_with_the_reason(
 class _SlowPublisher(InMemoryPublisher):
     """Publishes like the double, but takes ``seconds`` per batch, while a rival tries to claim."""
 
-    def __init__(self, seconds: float, rival: Store) -> None:
+    def __init__(self, seconds: float, rival: DispatchStore) -> None:
         super().__init__()
         self.seconds = seconds
         self.rival = rival
@@ -120,12 +120,12 @@ class _SlowPublisher(InMemoryPublisher):
 
 
 def test_lease_is_renewed_while_a_slow_batch_publishes(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """A batch that takes 3x the lease to publish keeps its rows: no rival claims them."""
     ids = enqueue_many(engine, 10)
     settings = replace(settings, lease_seconds=0.6, confirm_timeout_seconds=0.5)
-    publisher = _SlowPublisher(1.8, rival=Store(engine))
+    publisher = _SlowPublisher(1.8, rival=DispatchStore(engine))
     report = Dispatcher(store, publisher, settings).run_once()
     assert publisher.rival_got == []
     assert (report.sent, report.lost) == (10, 0)
@@ -141,12 +141,12 @@ class _LosingPublisher(InMemoryPublisher):
 
     def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
         expire_leases(self.engine)
-        Store(self.engine).claim("thief", 100, lease_seconds=60)
+        DispatchStore(self.engine).claim("thief", 100, lease_seconds=60)
         return super().publish(events)
 
 
 def test_late_outcomes_after_a_lost_lease_change_nothing(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Rows reclaimed by another worker mid-publish are counted lost, left to the new holder."""
     ids = enqueue_many(engine, 5)
@@ -157,7 +157,7 @@ def test_late_outcomes_after_a_lost_lease_change_nothing(
 
 
 def test_broker_outage_gives_attempts_back_and_opens_the_breaker(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Unreachable broker: rows go back to pending with attempt unchanged, nothing is claimed
     until the breaker's delay passes, and then everything is sent."""
@@ -181,7 +181,7 @@ def test_broker_outage_gives_attempts_back_and_opens_the_breaker(
 
 
 def test_drain_runs_batches_until_one_comes_back_short(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """drain() keeps claiming while batches are full and stops on the first short one."""
     enqueue_many(engine, settings.batch_size * 3 + 7)
@@ -203,7 +203,7 @@ class _Claims(Observer):
 
 
 def test_a_backlog_is_claimed_in_batches_growing_to_the_most(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Full claims double from RELAY_BATCH_SIZE up to RELAY_BATCH_MAX; the drain still sends
     every row once, in id order, and the next drain starts small again."""
@@ -224,16 +224,16 @@ def test_a_backlog_is_claimed_in_batches_growing_to_the_most(
 
 
 def test_rejections_burn_attempts_and_dead_letter(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Rejected events spend an attempt each time; after max_attempts they are failed."""
-    (event_id,) = enqueue_many(engine, 1, "never.ok")
+    (row_id,) = enqueue_many(engine, 1, "never.ok")
     publisher = InMemoryPublisher(unroutable={"never.ok"})
     dispatcher = Dispatcher(store, publisher, replace(settings, max_attempts=3))
     seen: list[tuple[str, int]] = []
     for _ in range(3):
         dispatcher.run_once()
-        row = rows(engine, event_id)[event_id]
+        row = rows(engine, row_id)[row_id]
         seen.append((row["status"], row["attempt"]))
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE outbox SET next_retry_at = NULL"))
@@ -255,7 +255,7 @@ class _OutageAfter(InMemoryPublisher):
 
 
 def test_drain_hands_back_the_batch_claimed_ahead_when_the_broker_goes_down(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Pipelined drain: batch 2 meets an outage while batch 3 was already leased; both go back
     to pending with their attempts returned, nothing stays processing, batch 4 is untouched."""
@@ -272,7 +272,7 @@ def test_drain_hands_back_the_batch_claimed_ahead_when_the_broker_goes_down(
 
 
 def test_no_lease_keeper_outlives_a_drain(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """Every batch's lease keeper stops once its outcomes are recorded; close() ends the
     database thread."""
@@ -287,7 +287,7 @@ def test_no_lease_keeper_outlives_a_drain(
 
 
 def test_a_pause_right_after_the_claim_committed_still_ages_the_batch(
-    store: Store, engine: sa.Engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    store: DispatchStore, engine: sa.Engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch's age runs from before the statement that leased it: a worker paused between
     the claim's commit and noting the time (a CI run once caught one there: a third batch of
@@ -308,14 +308,14 @@ def test_a_pause_right_after_the_claim_committed_still_ages_the_batch(
     held = dispatcher._claim(10)
     assert held is not None
     expire_leases(engine)
-    Store(engine).claim("thief", 10, lease_seconds=60)
+    DispatchStore(engine).claim("thief", 10, lease_seconds=60)
     report = Report()
     assert dispatcher._still_held(held, report) is None, "published rows another worker took"
     assert report.lost == 10
 
 
 def test_a_batch_that_waited_past_its_lease_publishes_only_rows_still_held(
-    store: Store, engine: sa.Engine, settings: Settings
+    store: DispatchStore, engine: sa.Engine, settings: Settings
 ) -> None:
     """A batch claimed ahead that waited a whole lease (worker paused) is re-checked before
     publishing: rows another worker reclaimed meanwhile are dropped, the rest renewed and sent."""
@@ -329,7 +329,7 @@ def test_a_batch_that_waited_past_its_lease_publishes_only_rows_still_held(
     assert held is not None
     assert dispatcher._still_held(held, Report()) is held, "a fresh batch is not re-checked"
     expire_leases(engine)
-    Store(engine).claim("thief", 4, lease_seconds=60)
+    DispatchStore(engine).claim("thief", 4, lease_seconds=60)
     clock[0] += settings.lease_seconds
     report = Report()
     kept = dispatcher._still_held(held, report)

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from relay.records import Buried
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.operations import OperationsStore
 from tests.support import databases
 from tests.support.env import wait_until
@@ -51,7 +51,7 @@ def env(db_url: str, amqp_url: str, exchange_name: str) -> dict[str, str]:
 
 
 def test_a_healthy_deployment_passes_with_warnings_and_fixes(
-    env: dict[str, str], store: Store, engine: sa.Engine
+    env: dict[str, str], store: DispatchStore, engine: sa.Engine
 ) -> None:
     """Migrated database, reachable broker: no check fails (exit 0); the missing tick and the
     undeclared exchange are warnings that say how to fix them; a recorded tick passes."""
@@ -69,7 +69,7 @@ def test_a_healthy_deployment_passes_with_warnings_and_fixes(
 
 
 def test_unroutable_events_are_named_with_the_fix(
-    env: dict[str, str], store: Store, engine: sa.Engine
+    env: dict[str, str], store: DispatchStore, engine: sa.Engine
 ) -> None:
     """Events that failed as unroutable make the routing check warn, naming their type."""
     enqueue_many(engine, 2, "invoice.sent")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 from tests.support.env import wait_until
 from tests.support.pgserver import throwaway_server
 
@@ -45,7 +45,7 @@ def test_doctor_warns_when_nothing_vacuums_the_outbox() -> None:
     statement that resets it; the server's autovacuum = off warns, naming the setting."""
     with throwaway_server() as server:
         url = server.create_database("doctor_vacuum")
-        migrate.upgrade(url)
+        upgrade.upgrade(url)
         check = _autovacuum_check(url)
         assert (check["status"], check["detail"]) == ("pass", "on for the outbox"), check
 

@@ -17,7 +17,7 @@ import relay
 from relay.exceptions import EventError
 from relay.produce.enqueue import Producer
 from relay.store import dialects
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.schema import outbox
 from tests.support.rows import rows
 
@@ -25,10 +25,10 @@ from tests.support.rows import rows
 def test_commit_writes_a_pending_row_with_defaults(engine: sa.Engine) -> None:
     """A committed enqueue leaves one pending row with attempt 0 and DB timestamps."""
     with Session(engine) as session, session.begin():
-        event_id = relay.enqueue(
+        row_id = relay.enqueue(
             session, "order.created", {"id": 7}, headers={"tenant": "acme"}, ordering_key="o-7"
         )
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert (row["status"], row["attempt"], row["payload"], row["headers"], row["ordering_key"]) == (
         "pending",
         0,
@@ -52,8 +52,8 @@ def test_rollback_leaves_no_event(engine: sa.Engine) -> None:
 def test_enqueue_works_on_a_core_connection(engine: sa.Engine) -> None:
     """A SQLAlchemy Connection inside a transaction is accepted like a Session."""
     with engine.begin() as conn:
-        event_id = relay.enqueue(conn, "x.y", [1, 2, 3])
-    assert rows(engine, event_id)[event_id]["payload"] == [1, 2, 3]
+        row_id = relay.enqueue(conn, "x.y", [1, 2, 3])
+    assert rows(engine, row_id)[row_id]["payload"] == [1, 2, 3]
 
 
 def test_connection_without_transaction_is_refused(engine: sa.Engine) -> None:
@@ -66,12 +66,12 @@ def test_connection_without_transaction_is_refused(engine: sa.Engine) -> None:
 def test_delay_is_counted_from_database_time(engine: sa.Engine) -> None:
     """delay sets next_retry_at = DB now + delay, and the row is not claimable before it."""
     with Session(engine) as session, session.begin():
-        event_id = relay.enqueue(session, "later", {}, delay=timedelta(minutes=5))
+        row_id = relay.enqueue(session, "later", {}, delay=timedelta(minutes=5))
         clock = dialects.for_name(engine.dialect.name)
         now = session.execute(sa.select(clock.now())).scalar_one()
-    row = rows(engine, event_id)[event_id]
+    row = rows(engine, row_id)[row_id]
     assert 299 <= (row["next_retry_at"] - now).total_seconds() <= 301
-    assert Store(engine).claim("w", 10, lease_seconds=30) == []
+    assert DispatchStore(engine).claim("w", 10, lease_seconds=30) == []
 
 
 def test_row_inserted_by_plain_sql_is_valid_and_claimable(engine: sa.Engine) -> None:
@@ -80,7 +80,7 @@ def test_row_inserted_by_plain_sql_is_valid_and_claimable(engine: sa.Engine) -> 
         conn.execute(
             sa.text("INSERT INTO outbox (event_type, payload) VALUES ('plain.sql', '{\"a\": 1}')")
         )
-    (event,) = Store(engine).claim("w", 10, lease_seconds=30)
+    (event,) = DispatchStore(engine).claim("w", 10, lease_seconds=30)
     assert (event.event_type, event.payload, event.attempt) == ("plain.sql", {"a": 1}, 1)
 
 

@@ -7,20 +7,20 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.operations import PURGE_LOCK_KEY, OperationsStore
 from relay.store.schema import outbox
 from tests.support.celery_fleet import insert_rows
 
 
 @pytest.fixture
-def pg_store(pg_url: str) -> Iterator[Store]:
-    store = Store.from_url(pg_url)
+def pg_store(pg_url: str) -> Iterator[DispatchStore]:
+    store = DispatchStore.from_url(pg_url)
     yield store
     store.dispose()
 
 
-def test_backlog_counts_only_claimable_rows_and_stops_at_the_limit(pg_store: Store) -> None:
+def test_backlog_counts_only_claimable_rows_and_stops_at_the_limit(pg_store: DispatchStore) -> None:
     """backlog() counts due pending rows, not future retries nor sent rows, and never more
     than its limit."""
     engine = pg_store.engine
@@ -37,7 +37,9 @@ def test_backlog_counts_only_claimable_rows_and_stops_at_the_limit(pg_store: Sto
     assert pg_store.backlog(10) == 10
 
 
-def test_exclusive_purge_stands_aside_while_another_purge_holds_the_lock(pg_store: Store) -> None:
+def test_exclusive_purge_stands_aside_while_another_purge_holds_the_lock(
+    pg_store: DispatchStore,
+) -> None:
     """An exclusive purge deletes nothing while another transaction holds the purge lock, and
     everything past the retention once it is free."""
     engine = pg_store.engine

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.celery.databases import Runtimes, fleet_tick
+from relay.celery.many_databases import Runtimes, fleet_tick
 from relay.config import Settings
 from relay.store.engine import create_engine
 from tests.support import databases

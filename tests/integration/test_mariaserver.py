@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 from tests.support import services
 from tools import mariaserver
 
@@ -34,7 +34,7 @@ def _use_then_fail(seen: list[mariaserver.MariaServer]) -> None:
             conn.execute(sa.text("CREATE DATABASE relay_check"))
         admin.dispose()
         url = sa.make_url(server.admin_url).set(database="relay_check")
-        migrate.upgrade(url.render_as_string(False))
+        upgrade.upgrade(url.render_as_string(False))
         engine = sa.create_engine(url)
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one() == 0

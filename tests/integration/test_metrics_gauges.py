@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
 from relay.observe.metrics import OutboxCollector
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.operations import OperationsStore
 from relay.store.schema import outbox
 from tests.support import databases
@@ -20,7 +20,7 @@ def _values(collector: OutboxCollector) -> dict[tuple[str, str], float]:
     return {(s.name, s.labels.get("status", "")): s.value for m in metrics for s in m.samples}
 
 
-def _backlog(engine: sa.Engine, store: Store) -> None:
+def _backlog(engine: sa.Engine, store: DispatchStore) -> None:
     """2 pending, 2 processing with expired leases, 1 failed."""
     ids = enqueue_many(engine, 5, "gauge.event")
     store.claim("worker-1", 2, 30)
@@ -30,7 +30,7 @@ def _backlog(engine: sa.Engine, store: Store) -> None:
 
 
 def test_gauges_count_each_unfinished_status_and_expired_leases(
-    engine: sa.Engine, store: Store
+    engine: sa.Engine, store: DispatchStore
 ) -> None:
     """Rows per unfinished status, expired leases and the oldest pending age, from one read."""
     _backlog(engine, store)
@@ -44,7 +44,7 @@ def test_gauges_count_each_unfinished_status_and_expired_leases(
     assert values[("relay_outbox_read_seconds", "")] >= 0
 
 
-def test_gauges_stop_counting_at_the_cap(engine: sa.Engine, store: Store) -> None:
+def test_gauges_stop_counting_at_the_cap(engine: sa.Engine, store: DispatchStore) -> None:
     """With a cap of 1 each count says at most 1: a scrape never scans past the cap."""
     _backlog(engine, store)
     values = _values(OutboxCollector(OperationsStore(engine), cap=1, min_interval=0))
@@ -53,7 +53,9 @@ def test_gauges_stop_counting_at_the_cap(engine: sa.Engine, store: Store) -> Non
     assert values[("relay_expired_leases", "")] == 1
 
 
-def test_scrapes_within_the_interval_reuse_the_last_read(engine: sa.Engine, store: Store) -> None:
+def test_scrapes_within_the_interval_reuse_the_last_read(
+    engine: sa.Engine, store: DispatchStore
+) -> None:
     """Two scrapes inside ``min_interval`` cost one read: the second sees the first's values."""
     collector = OutboxCollector(OperationsStore(engine), min_interval=3600)
     enqueue_many(engine, 1, "gauge.event")

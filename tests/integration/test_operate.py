@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from relay.records import Buried, Status
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.schema import outbox
 from tests.support.rows import count_by_status, enqueue_many
 
@@ -32,7 +32,7 @@ def as_json(db_url: str, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
-def _dead_letters(engine: sa.Engine, store: Store) -> dict[str, list[int]]:
+def _dead_letters(engine: sa.Engine, store: DispatchStore) -> dict[str, list[int]]:
     """Failed rows of three types, with errors naming them; one keyed type."""
     ids = {
         "order.created": enqueue_many(engine, 3, "order.created"),
@@ -45,7 +45,7 @@ def _dead_letters(engine: sa.Engine, store: Store) -> dict[str, list[int]]:
 
 
 def test_filters_select_by_type_error_and_time(
-    db_url: str, engine: sa.Engine, store: Store
+    db_url: str, engine: sa.Engine, store: DispatchStore
 ) -> None:
     """--event-type globs, --error matches text in any case, --since/--until bound the time,
     and pages follow --after."""
@@ -68,7 +68,7 @@ def test_filters_select_by_type_error_and_time(
 
 
 def test_dry_run_changes_nothing_then_retry_changes_only_the_selection(
-    db_url: str, engine: sa.Engine, store: Store
+    db_url: str, engine: sa.Engine, store: DispatchStore
 ) -> None:
     """A dry run reports what matches and changes nothing; the real retry moves exactly those
     rows back to pending; a purge by filter deletes only its selection."""
@@ -96,7 +96,9 @@ def test_dry_run_changes_nothing_then_retry_changes_only_the_selection(
     assert count_by_status(engine) == {"pending": 5}
 
 
-def test_an_action_without_a_selector_refuses(db_url: str, engine: sa.Engine, store: Store) -> None:
+def test_an_action_without_a_selector_refuses(
+    db_url: str, engine: sa.Engine, store: DispatchStore
+) -> None:
     """retry and purge with no ids, no filter and no --all exit 2 and change nothing; --all
     with a filter is refused too."""
     _dead_letters(engine, store)
@@ -111,7 +113,7 @@ def test_an_action_without_a_selector_refuses(db_url: str, engine: sa.Engine, st
 
 
 def test_pending_list_shows_the_backlog_and_held_leases(
-    db_url: str, engine: sa.Engine, store: Store
+    db_url: str, engine: sa.Engine, store: DispatchStore
 ) -> None:
     """`relay pending list` shows pending rows and processing ones with their lease holder;
     --status narrows it; the table says who holds a lease."""

@@ -16,7 +16,7 @@ import relay
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
 from relay.records import ClaimedEvent, PublishResult
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.schema import outbox, outbox_progress
 from relay.testing import InMemoryPublisher
 from tests.support.rows import enqueue_many, make_due, rows
@@ -70,7 +70,9 @@ def test_enqueue_numbers_each_key_from_one_and_leaves_unkeyed_rows_unnumbered(
     assert got == [("", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 1)]
 
 
-def test_a_claim_leases_a_hot_key_run_up_to_the_batch_size(store: Store, engine: sa.Engine) -> None:
+def test_a_claim_leases_a_hot_key_run_up_to_the_batch_size(
+    store: DispatchStore, engine: sa.Engine
+) -> None:
     """One key's backlog comes out as one run in sequence order, at most ``limit`` rows."""
     enqueue_many(engine, 30, ordering_key="hot")
     run = store.claim("w", 25, lease_seconds=60)
@@ -84,7 +86,7 @@ def test_a_claim_leases_a_hot_key_run_up_to_the_batch_size(store: Store, engine:
 def test_a_run_stops_at_a_number_that_is_not_committed_yet(engine: sa.Engine) -> None:
     """A key's rows after a number held by an open transaction are not claimable, and neither
     is anything after it, until that transaction commits (the commit-order fence)."""
-    store = Store(engine)
+    store = DispatchStore(engine)
     enqueue_many(engine, 1, ordering_key="k")
     if engine.dialect.name == "sqlite":
         pytest.skip("SQLite has one writer: an open enqueue blocks every other transaction")
@@ -109,7 +111,7 @@ def test_a_nack_mid_run_marks_the_rows_before_it_and_gives_back_the_rest(
     """Confirms per batch: row 5 of 10 is nacked after rows 6-10 were accepted. Rows 1-4 are
     sent; row 5 is rescheduled (one attempt spent); rows 6-10 are given back without spending
     an attempt and published again after row 5, in order (duplicates, never reordering)."""
-    store = Store(engine)
+    store = DispatchStore(engine)
     ids = enqueue_many(engine, 10, ordering_key="k")
     publisher = _NackOnce(nack_seq=5)
     dispatcher = Dispatcher(store, publisher, settings)
@@ -131,7 +133,7 @@ def test_unroutable_row_holds_its_key_and_the_rest_of_the_run_is_withheld(
 ) -> None:
     """A row refused before it is sent stops its key's run in that batch: the rows after it are
     not published at all; unkeyed rows and other keys go on."""
-    store = Store(engine)
+    store = DispatchStore(engine)
     enqueue_many(engine, 2, ordering_key="k")
     (poison,) = enqueue_many(engine, 1, event_type="poison", ordering_key="k")
     enqueue_many(engine, 2, ordering_key="k")
@@ -151,7 +153,7 @@ def test_unroutable_row_holds_its_key_and_the_rest_of_the_run_is_withheld(
 
 
 def test_plain_sql_keyed_row_without_a_number_is_numbered_in_its_key(
-    store: Store, engine: sa.Engine
+    store: DispatchStore, engine: sa.Engine
 ) -> None:
     """A keyed row written by plain SQL without ``seq`` gets its key's next number from the
     database (migration 0012) and is relayed in its key's order."""
@@ -195,7 +197,7 @@ def test_lock_keys_lets_crossing_multi_key_transactions_wait_instead_of_deadlock
 
 
 def test_a_run_whose_lease_was_taken_over_is_not_marked_and_the_new_holder_moves_the_key(
-    store: Store, engine: sa.Engine
+    store: DispatchStore, engine: sa.Engine
 ) -> None:
     """A relay whose run was reclaimed after its lease ran out records nothing for it (the
     fence); the relay that holds the run now marks it and moves the key's progress."""

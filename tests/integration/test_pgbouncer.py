@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.consume import inbox
-from relay.dispatch.watch import SequenceWatcher
-from relay.store.dispatch import Store
+from relay.dispatch.watcher import SequenceWatcher
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from tests.support.env import wait_until
 from tests.support.pgbouncer import PgBouncer, pgbouncer  # noqa: F401  # the fixture
@@ -45,7 +45,7 @@ def test_store_claims_and_marks_through_the_pooler_without_prepared_statements(
     """Two stores taking turns claim and mark sent every row through the pooler: no statement
     is prepared on a server connection the next transaction may not get."""
     pooled = pgbouncer.url(pg_url)
-    stores = [Store.from_url(pooled), Store.from_url(pooled)]
+    stores = [DispatchStore.from_url(pooled), DispatchStore.from_url(pooled)]
     try:
         enqueue_many(stores[0].engine, ROUNDS * 2 * 5)
         for _ in range(ROUNDS):
@@ -87,7 +87,9 @@ def test_the_wake_up_watches_through_the_pooler(
     made on the direct URL, including one whose transaction stayed open after its INSERT, and
     leaves no session state (no advisory lock, no LISTEN) on the pooler's server connections."""
     woken = threading.Event()
-    watching = SequenceWatcher(Store.from_url(pgbouncer.url(pg_url), pool_size=2), woken.set, 0.025)
+    watching = SequenceWatcher(
+        DispatchStore.from_url(pgbouncer.url(pg_url), pool_size=2), woken.set, 0.025
+    )
     watching.start()
     direct = create_engine(pg_url)
     try:

@@ -10,14 +10,14 @@ import pytest
 import sqlalchemy as sa
 
 from relay.commands import doctor_retention
-from relay.commands.checks import PASS, WARN
+from relay.commands.verdicts import PASS, WARN
 from relay.config import Settings
 from relay.dispatch import purger as purger_module
 from relay.dispatch import runner
+from relay.dispatch.pacing import PurgePacing
 from relay.dispatch.purger import Purger
-from relay.policy import PurgePacing
 from relay.store import dialects
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.operations import OperationsStore
 from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
 from relay.store.schema import outbox, outbox_progress
@@ -144,15 +144,15 @@ def test_delete_on_send_keeps_each_keys_order_after_its_earlier_rows_are_gone(
 def test_a_fenced_delete_leaves_a_row_another_worker_reclaimed(engine: sa.Engine) -> None:
     """The delete at send is fenced like the mark: a worker whose lease was taken over deletes
     nothing of that row."""
-    (event_id,) = enqueue_many(engine, 1)
-    store = Store(engine, delete_on_send=True)
+    (row_id,) = enqueue_many(engine, 1)
+    store = DispatchStore(engine, delete_on_send=True)
     (claimed,) = store.claim("w1", 10, 30)
     with engine.begin() as conn:
         conn.execute(sa.update(outbox).values(locked_by="w2", attempt=outbox.c.attempt + 1))
     done = store.complete("w1", sent=[claimed])
     assert (done.sent, done.lost) == (0, 1)
     assert count_by_status(engine) == {"processing": 1}
-    assert event_id == claimed.id
+    assert row_id == claimed.id
 
 
 def test_doctor_warns_when_the_purge_falls_behind_and_the_metrics_show_it(

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.engine import create_engine
 from relay.store.operations import OperationsStore
 from tests.support import services
@@ -162,7 +162,7 @@ def test_three_roles_work_with_exactly_the_documented_grants(
                 ).scalar()
                 is False
             )
-        migrate.upgrade(roles.url("owner"))
+        upgrade.upgrade(roles.url("owner"))
         with owner.begin() as conn:
             for statement in roles.sql(documented("owner")):
                 conn.execute(sa.text(statement))
@@ -255,7 +255,7 @@ def test_three_users_work_with_exactly_the_documented_grants_on_mariadb(
     relay_engine = create_engine(r.url("relay"))
     admin = sa.create_engine(services.MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
-        migrate.upgrade(r.url("owner"))
+        upgrade.upgrade(r.url("owner"))
         with admin.connect() as conn:
             for statement in r.sql(documented("tables", "mariadb")):
                 conn.execute(sa.text(statement))

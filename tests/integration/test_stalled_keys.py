@@ -21,7 +21,7 @@ from relay.observe.gauges import OutboxCollector
 from relay.records import Stall
 from relay.store.dialects import for_name
 from relay.store.dialects.keys import KeyStatements
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.filters import EventFilter
 from relay.store.operations import OperationsStore
 from relay.store.schema import outbox, outbox_progress
@@ -106,7 +106,7 @@ def test_stalled_keys_are_named_with_why_and_a_fix_that_works(
         for key in ("gap", "hand", "behind"):  # the SQL the report names for the others
             conn.execute(sa.text(found[key].fix.split(": ", 1)[-1]))
     assert ops.stalled_keys(100) == []
-    store, heads = Store(engine), set()
+    store, heads = DispatchStore(engine), set()
     for _ in range(10):  # a claim leases half the keys it finds: claim until none is left
         claimed = store.claim("w", 100, 30.0)
         heads |= {(e.ordering_key, e.seq) for e in claimed}

@@ -13,10 +13,10 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.exceptions import DatabaseUnavailable
-from relay.store import migrate
-from relay.store.dispatch import DispatchStore
+from relay.store import upgrade
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
-from relay.store.watch import SequenceReader
+from relay.store.sequence import SequenceReader
 from tests.support import services
 from tests.support.pgserver import in_recovery, throwaway_pair
 from tools import mariaserver
@@ -29,7 +29,7 @@ def pair() -> Iterator[tuple[str, str]]:
     """URLs of a migrated outbox database on a primary and on its synchronous standby."""
     with throwaway_pair() as (primary, standby):
         url = primary.create_database("relay")
-        migrate.upgrade(url)
+        upgrade.upgrade(url)
         yield url, standby.url_for("relay")
 
 
@@ -101,7 +101,7 @@ def test_a_read_only_mariadb_server_is_a_connection_fault() -> None:
                 conn.execute(sa.text("CREATE USER relay@'%'"))
                 conn.execute(sa.text("GRANT ALL ON relay.* TO relay@'%'"))
             url = sa.make_url(server.admin_url).set(database="relay")
-            migrate.upgrade(url.render_as_string(False))
+            upgrade.upgrade(url.render_as_string(False))
             relay_url = url.set(username="relay").render_as_string(False)
             store = DispatchStore.from_url(relay_url, deadlines=DEADLINES, abandon_calls=True)
             try:

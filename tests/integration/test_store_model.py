@@ -1,5 +1,5 @@
-"""relay.store.dispatch.Store against a simple model, on real PostgreSQL (hypothesis stateful
-testing).
+"""relay.store.dispatch_store.DispatchStore against a simple model, on real PostgreSQL (hypothesis
+stateful testing).
 
 Random interleavings of enqueue, claims by several workers, publish outcomes (sent, reschedule,
 bury, release), lease renewal, lease expiry and reclaim. After every step the table must equal
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.records import Buried, ClaimedEvent, Rescheduled
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
 
@@ -56,14 +56,14 @@ class ModelRow:
 
 
 class StoreModel(RuleBasedStateMachine):
-    """The outbox as a dict of rows; every Store verb is predicted, then checked."""
+    """The outbox as a dict of rows; every DispatchStore verb is predicted, then checked."""
 
     url = ""
 
     def __init__(self) -> None:
         super().__init__()
         self.engine = create_engine(self.url)
-        self.store = Store(self.engine)
+        self.store = DispatchStore(self.engine)
         with self.engine.begin() as conn:
             conn.execute(sa.text("TRUNCATE outbox RESTART IDENTITY"))
         self.model: dict[int, ModelRow] = {}

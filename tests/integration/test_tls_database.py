@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from relay.commands import doctor_tls
-from relay.commands.checks import PASS, WARN
+from relay.commands.verdicts import PASS, WARN
 from relay.exceptions import StoreError
 from relay.store.engine import create_engine, ping
 from tests.support.pgserver import PgServer, throwaway_server

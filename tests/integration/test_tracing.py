@@ -187,5 +187,5 @@ def test_a_caller_set_traceparent_is_kept(
         Session(pg_engine) as session,
         session.begin(),
     ):
-        event_id = relay.enqueue(session, "shop.x", {}, headers={"traceparent": mine})
-    assert rows(pg_engine, event_id)[event_id]["headers"]["traceparent"] == mine
+        row_id = relay.enqueue(session, "shop.x", {}, headers={"traceparent": mine})
+    assert rows(pg_engine, row_id)[row_id]["headers"]["traceparent"] == mine

@@ -1,4 +1,4 @@
-"""The PostgreSQL wake-up (relay.dispatch.watch) on a real server: a writer's commit wakes the
+"""The PostgreSQL wake-up (relay.dispatch.watcher) on a real server: a writer's commit wakes the
 relay however long its transaction stays open after the INSERT, with nothing run by the
 writer for it; an idle outbox costs one statement a look; a killed session comes back; a role
 that may not read the sequence hands over to polling. And the Poller of the other databases."""
@@ -15,9 +15,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from relay.dispatch.watch import Poller, SequenceWatcher
+from relay.dispatch.watcher import Poller, SequenceWatcher
 from relay.exceptions import StoreError
-from relay.store.dispatch import Store
+from relay.store.dispatch_store import DispatchStore
 from tests.support.env import wait_until
 
 #: Wake-ups against wall-clock bounds: run alone (see the Makefile).
@@ -64,7 +64,7 @@ def _named(url: str, name: str) -> str:
 
 @pytest.fixture
 def watcher(pg_url: str, relay: Relay) -> Iterator[SequenceWatcher]:
-    store = Store.from_url(_named(pg_url, "relay-test-watch"), pool_size=2)
+    store = DispatchStore.from_url(_named(pg_url, "relay-test-watch"), pool_size=2)
     watching = SequenceWatcher(store, relay, FLOOR).start()
     wait_until(lambda: watching.looks >= 3, 10, "the watcher's first looks")
     yield watching
@@ -182,7 +182,7 @@ def test_the_watcher_comes_back_after_its_session_is_killed(
 ) -> None:
     """Its session terminated, the watcher logs the loss once, connects again, and the next
     commit still wakes the relay."""
-    caplog.set_level(logging.INFO, logger="relay.dispatch.watch")
+    caplog.set_level(logging.INFO, logger="relay.dispatch.watcher")
     with pg_engine.connect() as conn:
         killed = conn.execute(
             sa.text(
@@ -208,9 +208,11 @@ def test_a_role_that_may_not_read_the_sequence_hands_over_to_polling(
         conn.execute(sa.text(f"GRANT SELECT, UPDATE ON outbox TO {role}"))
     handed_over = threading.Event()
     url = sa.make_url(pg_url).set(username=role).render_as_string(False)
-    watching = SequenceWatcher(Store.from_url(url), relay, FLOOR, on_unwatchable=handed_over.set)
+    watching = SequenceWatcher(
+        DispatchStore.from_url(url), relay, FLOOR, on_unwatchable=handed_over.set
+    )
     try:
-        with caplog.at_level(logging.WARNING, logger="relay.dispatch.watch"):
+        with caplog.at_level(logging.WARNING, logger="relay.dispatch.watcher"):
             watching.start()
             assert handed_over.wait(10)
         assert isinstance(watching.error, StoreError)
@@ -231,8 +233,8 @@ def test_poller_stops_with_an_error_when_its_look_cannot_succeed(
     with pg_engine.begin() as conn:
         conn.execute(sa.text("DROP TABLE outbox CASCADE"))
     found = threading.Event()
-    poller = Poller(Store(pg_engine), found.set, floor=0.01, ceiling=0.02)
-    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watch"):
+    poller = Poller(DispatchStore(pg_engine), found.set, floor=0.01, ceiling=0.02)
+    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watcher"):
         poller.start()
         assert poller._thread is not None
         poller._thread.join(10)
@@ -256,8 +258,8 @@ def test_a_wake_up_that_raises_is_logged_once_and_the_watcher_goes_on(
         if len(calls) == 1:
             raise RuntimeError("a caller's bug")
 
-    watching = SequenceWatcher(Store.from_url(pg_url, pool_size=2), on_wake, FLOOR)
-    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watch"):
+    watching = SequenceWatcher(DispatchStore.from_url(pg_url, pool_size=2), on_wake, FLOOR)
+    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watcher"):
         watching.start()
         try:
             wait_until(lambda: watching.looks >= 3, 10, "the first looks")

@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.engine import normalize_url
 from relay.store.schema import TABLES
 from tests.support import databases
@@ -45,12 +45,12 @@ def test_maintainers_config_compares_the_shipped_chain(tmp_path: Path) -> None:
     copy) and, at head, autogenerate finds nothing to add (`check`, the dry run of
     `revision --autogenerate`)."""
     url = f"sqlite:///{tmp_path / 'dev.sqlite3'}"
-    migrate.upgrade(url)
+    upgrade.upgrade(url)
     env = {**os.environ, "RELAY_DATABASE_URL": url}
     ini = ["-c", str(ROOT / "migrations" / "alembic.ini")]
     heads = subprocess.run([*ALEMBIC, *ini, "heads"], env=env, capture_output=True, text=True)
     assert heads.returncode == 0, heads.stderr
-    chain = ScriptDirectory.from_config(migrate.alembic_config(url))
+    chain = ScriptDirectory.from_config(upgrade.alembic_config(url))
     assert heads.stdout.split() == [chain.get_current_head(), "(head)"]
     check = subprocess.run([*ALEMBIC, *ini, "check"], env=env, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -66,7 +66,7 @@ def test_application_history_with_the_relay_as_a_second_base(
     table; autogenerate then sees both metadata agree; downgrading the relay's branch leaves
     the app's tables alone."""
     cfg = _app_config(tmp_path, empty_url)
-    relay_head = ScriptDirectory.from_config(migrate.alembic_config(empty_url)).get_current_head()
+    relay_head = ScriptDirectory.from_config(upgrade.alembic_config(empty_url)).get_current_head()
     command.upgrade(cfg, "heads")
     engine = sa.create_engine(normalize_url(empty_url))
     try:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
 from tests.support import databases
@@ -22,7 +22,7 @@ def url_at_0009(
 ) -> Iterator[str]:
     """A database of each enabled kind migrated to revision 0009, before event ids."""
     with backend_pool.database(request.param, migrated=False) as url:
-        migrate.upgrade(url, "0009")
+        upgrade.upgrade(url, "0009")
         yield url
 
 
@@ -50,8 +50,8 @@ def test_upgrade_gives_unfinished_rows_an_id_and_leaves_the_sent_history(url_at_
         with engine.begin() as conn:
             for status in ("sent", "sent", "pending", "processing", "failed"):
                 _insert(conn, status)
-        migrate.upgrade(url_at_0009)
-        migrate.check(url_at_0009)
+        upgrade.upgrade(url_at_0009)
+        upgrade.check(url_at_0009)
         with engine.begin() as conn:
             _insert(conn, "pending")
             by_status = _ids(conn)
@@ -60,12 +60,12 @@ def test_upgrade_gives_unfinished_rows_an_id_and_leaves_the_sent_history(url_at_
         assert all(isinstance(i, str) and UUID.match(i) for i in unfinished), unfinished
         assert len(set(unfinished)) == 4
         assert by_status["sent"] == [None, None]
-        migrate.downgrade(url_at_0009, "0009")
+        upgrade.downgrade(url_at_0009, "0009")
         with engine.connect() as conn:
             columns = {c["name"] for c in sa.inspect(conn).get_columns("outbox")}
         assert "event_id" not in columns
-        migrate.upgrade(url_at_0009)
-        migrate.check(url_at_0009)
+        upgrade.upgrade(url_at_0009)
+        upgrade.check(url_at_0009)
     finally:
         engine.dispose()
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import dialects, migrate
+from relay.store import dialects, upgrade
 from relay.store.engine import create_engine
 from tests.support import databases
 
@@ -21,7 +21,7 @@ def url_at_0011(
 ) -> Iterator[str]:
     """A database of each enabled kind migrated to revision 0011 only."""
     with backend_pool.database(request.param, migrated=False) as url:
-        migrate.upgrade(url, "0011")
+        upgrade.upgrade(url, "0011")
         yield url
 
 
@@ -53,8 +53,8 @@ def test_rows_keep_their_numbers_and_plain_sql_is_numbered_after_the_upgrade(
                 },
             )
             conn.execute(sa.text(PLAIN), {"t": "old.plain", "key": "k"})
-        migrate.upgrade(url_at_0011)
-        migrate.check(url_at_0011)
+        upgrade.upgrade(url_at_0011)
+        upgrade.check(url_at_0011)
         with engine.begin() as conn:
             conn.execute(sa.text(PLAIN), {"t": "new.plain", "key": "k"})
             conn.execute(sa.text(PLAIN), {"t": "new.other", "key": "j"})
@@ -70,11 +70,11 @@ def test_rows_keep_their_numbers_and_plain_sql_is_numbered_after_the_upgrade(
             ).all()
         assert [tuple(r) for r in progress] == [("j", 0), ("k", 0)]
 
-        migrate.downgrade(url_at_0011, "0011")
+        upgrade.downgrade(url_at_0011, "0011")
         with engine.begin() as conn:
             conn.execute(sa.text(PLAIN), {"t": "down.plain", "key": "k"})
         assert _numbers(engine)[-1] == ("down.plain", "k", None)
-        migrate.upgrade(url_at_0011)
+        upgrade.upgrade(url_at_0011)
         with engine.begin() as conn:
             conn.execute(sa.text(PLAIN), {"t": "up.again", "key": "k"})
         assert _numbers(engine)[-1] == ("up.again", "k", 3)

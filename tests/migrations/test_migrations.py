@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
+from relay.store import upgrade
 from relay.store.dialects import for_name
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
@@ -43,16 +43,16 @@ def test_relay_migrate_applies_to_an_empty_database_and_matches_the_metadata(
     done = subprocess.run([*RELAY, "migrate"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert {"outbox", "relay_alembic_version"} <= _tables(empty_url)
-    migrate.check(empty_url)
+    upgrade.check(empty_url)
 
 
 def test_downgrade_to_base_then_upgrade_round_trips(empty_url: str) -> None:
     """Down to base drops everything the chain made; up again yields the same, checked schema."""
-    migrate.upgrade(empty_url)
-    migrate.downgrade(empty_url, "base")
+    upgrade.upgrade(empty_url)
+    upgrade.downgrade(empty_url, "base")
     assert "outbox" not in _tables(empty_url)
-    migrate.upgrade(empty_url)
-    migrate.check(empty_url)
+    upgrade.upgrade(empty_url)
+    upgrade.check(empty_url)
 
 
 def test_plain_sql_insert_with_event_type_and_payload_gets_valid_defaults(db_url: str) -> None:
@@ -111,9 +111,9 @@ def test_key_and_sent_indexes_cover_only_rows_with_a_value(
         pytest.skip("MySQL/MariaDB have no partial index: both stay whole there")
     engine = create_engine(empty_url)
     try:
-        migrate.upgrade(empty_url)
+        upgrade.upgrade(empty_url)
         assert where.upper() in _index_sql(engine, name)[1].upper()
-        migrate.downgrade(empty_url, "0007")
+        upgrade.downgrade(empty_url, "0007")
         assert " WHERE " not in _index_sql(engine, name)[1].upper()
         # An operator builds the partial index by hand first; 0008 must keep it, not rebuild it.
         columns = "ordering_key, seq" if name.startswith("uq_") else "sent_at"
@@ -124,9 +124,9 @@ def test_key_and_sent_indexes_cover_only_rows_with_a_value(
                 sa.text(f"CREATE {unique}INDEX {name} ON outbox ({columns}) WHERE {where}")
             )
         before = _index_sql(engine, name)
-        migrate.upgrade(empty_url)
+        upgrade.upgrade(empty_url)
         assert _index_sql(engine, name) == before
-        migrate.check(empty_url)
+        upgrade.check(empty_url)
     finally:
         engine.dispose()
 
@@ -147,22 +147,22 @@ def test_the_claim_reads_one_index_per_status(empty_url: str) -> None:
         return {i["name"] for i in sa.inspect(engine).get_indexes("outbox")}
 
     try:
-        migrate.upgrade(empty_url)
+        upgrade.upgrade(empty_url)
         assert set(indexes) <= names()
         assert "ix_outbox_claimable" not in names()
         for name in indexes:
             assert "SEQ IS NULL" in _index_sql(engine, name)[1].upper(), name
-        migrate.downgrade(empty_url, "0008")
+        upgrade.downgrade(empty_url, "0008")
         assert not set(indexes) & names()
         assert "ix_outbox_claimable" in names()
         with engine.begin() as conn:
             for name, definition in indexes.items():
                 conn.execute(sa.text(f"CREATE INDEX {name} ON outbox {definition}"))
         before = {name: _index_sql(engine, name) for name in indexes}
-        migrate.upgrade(empty_url)
+        upgrade.upgrade(empty_url)
         assert {name: _index_sql(engine, name) for name in indexes} == before
         assert "ix_outbox_claimable" not in names()
-        migrate.check(empty_url)
+        upgrade.check(empty_url)
     finally:
         engine.dispose()
 
@@ -176,7 +176,7 @@ def test_the_chain_writes_its_sql_offline(url: str, capsys: pytest.CaptureFixtur
     statements without a connection, 0008's rebuild of the partial indexes included."""
     from alembic import command
 
-    command.upgrade(migrate.alembic_config(url), "head", sql=True)
+    command.upgrade(upgrade.alembic_config(url), "head", sql=True)
     out = capsys.readouterr().out
     assert "CREATE TABLE outbox" in out
     if not url.startswith("mysql"):
@@ -208,11 +208,11 @@ def test_0014_drops_the_notify_trigger_and_its_flag_and_gives_them_back(
     wake-up), only the keyed numbering's trigger stays; down to 0013 both come back as 0011
     left them; up again and the schema is checked."""
     with backend_pool.database("postgresql", migrated=False) as url:
-        migrate.upgrade(url, "0013")
+        upgrade.upgrade(url, "0013")
         assert _wakeup_objects(url) == (["relay_outbox_notify", "relay_outbox_seq"], True)
-        migrate.upgrade(url)
+        upgrade.upgrade(url)
         assert _wakeup_objects(url) == (["relay_outbox_seq"], False)
-        migrate.downgrade(url, "0013")
+        upgrade.downgrade(url, "0013")
         assert _wakeup_objects(url) == (["relay_outbox_notify", "relay_outbox_seq"], True)
-        migrate.upgrade(url)
-        migrate.check(url)
+        upgrade.upgrade(url)
+        upgrade.check(url)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import migrate
-from relay.store.dispatch import Store
+from relay.store import upgrade
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine
 from tests.support import databases
 
@@ -19,7 +19,7 @@ def url_at_0001(
 ) -> Iterator[str]:
     """A database of each enabled kind migrated to revision 0001 only."""
     with backend_pool.database(request.param, migrated=False) as url:
-        migrate.upgrade(url, "0001")
+        upgrade.upgrade(url, "0001")
         yield url
 
 
@@ -37,9 +37,9 @@ def test_rows_written_before_0002_are_relayed_after_it(url_at_0001: str) -> None
                     ),
                     {"key": key},
                 )
-        migrate.upgrade(url_at_0001)
-        migrate.check(url_at_0001)
-        claimed = Store(engine).claim("w", 100, lease_seconds=60)
+        upgrade.upgrade(url_at_0001)
+        upgrade.check(url_at_0001)
+        claimed = DispatchStore(engine).claim("w", 100, lease_seconds=60)
         assert sorted((e.ordering_key or "", e.seq) for e in claimed) == [
             ("", None),
             ("k", None),

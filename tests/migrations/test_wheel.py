@@ -51,9 +51,9 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
     # The package says it is typed (PEP 561), so mypy reads its annotations in an application.
     assert "relay/py.typed" in names
     code = (
-        "import sys, relay; from relay.store import migrate\n"
+        "import sys, relay; from relay.store import upgrade\n"
         f"assert relay.__file__.startswith({str(site)!r}), relay.__file__\n"
-        f"relay.migrate({pg_url!r}, 'head'); migrate.check({pg_url!r})\n"
+        f"relay.migrate({pg_url!r}, 'head'); upgrade.check({pg_url!r})\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", code],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from relay.store import migrate, schema
+from relay.store import schema, upgrade
 from tests.support import services
 
 #: (admin URL, name) of each server database this session created and has not dropped yet:
@@ -94,7 +94,7 @@ class ServerBackend(Backend):
         with self.admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE {self.q(self.template)}"))
         try:
-            migrate.upgrade(self.url_for(self.template))
+            upgrade.upgrade(self.url_for(self.template))
         except BaseException:
             self.finish()
             raise
@@ -189,7 +189,7 @@ class SQLiteBackend(Backend):
 
     def prepare(self) -> None:
         url = f"sqlite:///{self.template}"
-        migrate.upgrade(url)
+        upgrade.upgrade(url)
         # Fold the write-ahead log into the file so that copying the file copies everything.
         engine = sa.create_engine(url)
         with engine.connect() as conn:

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, PublishError
-from relay.publishers.base import failover_order
+from relay.publishers.kombu_connection import failover_order
 from relay.publishers.liveness import BlockedState
 
 

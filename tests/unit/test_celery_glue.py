@@ -9,8 +9,8 @@ import pytest
 from celery import Celery
 
 from relay.celery import install
-from relay.celery.fleet import fanout
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_INBOX, PURGE_SENT, TICK
+from relay.celery.relay_app import fanout
 from relay.config import Settings
 from relay.exceptions import ConfigError
 from relay.produce import enqueue as producer

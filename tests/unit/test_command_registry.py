@@ -10,7 +10,7 @@ import pytest
 
 import relay.commands
 from relay.commands import COMMANDS, build_parser
-from relay.commands.base import Command
+from relay.commands.command import Command
 from relay.commands.status import watch
 from relay.exceptions import ConfigError
 
@@ -25,7 +25,7 @@ def test_every_declared_command_is_registered_once() -> None:
         declared += [single] if isinstance(single, Command) else []
         declared += list(getattr(module, "COMMANDS", ()))
     assert sorted(c.name for c in declared) == sorted(c.name for c in COMMANDS)
-    assert len({c.name for c in COMMANDS}) == len(COMMANDS) == 11
+    assert len({c.name for c in COMMANDS}) == len(COMMANDS) == 12
 
 
 def test_the_parser_offers_every_registered_command() -> None:

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from relay.config import Settings
-from relay.config.databases import DEFAULT_NAME, Database, each, names, parse, pick, several
+from relay.config.database_list import forget_files
+from relay.config.databases import (
+    DEFAULT_NAME,
+    Database,
+    configured,
+    each,
+    names,
+    parse,
+    pick,
+    several,
+)
 from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import ConfigError
 
@@ -127,3 +139,26 @@ def test_fifty_databases_parse() -> None:
     """A long list parses, in order, every name kept."""
     raw = ",".join(f"db{i}=sqlite:///{i}.db" for i in range(50))
     assert names(Settings.from_env({"RELAY_DATABASES": raw})) == tuple(f"db{i}" for i in range(50))
+
+
+def test_a_databases_file_is_read_once_until_forgotten(tmp_path: Path) -> None:
+    """RELAY_DATABASES=@PATH: one name=URL a line, blank lines and whole-line comments
+    skipped (a '#' inside a URL's password is kept); read again only after forget_files; a
+    file that cannot be read is refused naming the variable and the path."""
+    listing = tmp_path / "databases"
+    listing.write_text("# tenants\norders=postgresql://u:p#1@h/o\n\n  billing=sqlite:///b.db\n")
+    settings = Settings(databases=f"@{listing}")
+    assert [(d.name, d.url) for d in configured(settings)] == [
+        ("orders", "postgresql://u:p#1@h/o"),
+        ("billing", "sqlite:///b.db"),
+    ]
+    listing.write_text("orders=postgresql://u:p#1@h/o\n")
+    assert len(configured(settings)) == 2  # not read again yet
+    forget_files()
+    assert [d.name for d in configured(settings)] == ["orders"]
+    with pytest.raises(ConfigError, match=r"RELAY_DATABASES=@.*nowhere: cannot read the file"):
+        Settings(databases=f"@{tmp_path / 'nowhere'}")
+    listing.write_text("# nothing but a comment\n")
+    forget_files()
+    with pytest.raises(ConfigError, match=r"RELAY_DATABASES.*names no database"):
+        Settings(databases=f"@{listing}")

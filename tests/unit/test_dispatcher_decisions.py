@@ -42,21 +42,21 @@ def test_a_confirmed_event_is_marked_sent() -> None:
     """The broker confirms: the row becomes sent and nothing is left to claim."""
     clock = Clock()
     store = InMemoryStore(clock=clock)
-    event_id = store.add("order.created", {"n": 1})
+    row_id = store.add("order.created", {"n": 1})
     publisher = InMemoryPublisher()
     report = _dispatcher(store, publisher, clock).run_once()
     assert (report.claimed, report.sent, report.lost) == (1, 1, 0)
-    assert store.status_of(event_id) is Status.SENT
-    assert publisher.ids == [event_id]
+    assert store.status_of(row_id) is Status.SENT
+    assert publisher.ids == [row_id]
 
 
 def test_a_refused_publish_is_rescheduled_after_its_backoff() -> None:
     """A nack with attempts left: back to pending, its error kept, claimable only later."""
     clock = Clock()
     store = InMemoryStore(clock=clock)
-    event_id = store.add("order.created", {"n": 1})
+    row_id = store.add("order.created", {"n": 1})
     report = _dispatcher(store, InMemoryPublisher(reject_times=1), clock).run_once()
-    row = store.rows[event_id]
+    row = store.rows[row_id]
     assert report.rescheduled == 1
     assert (row.status, row.attempt, row.last_error) == (Status.PENDING, 1, "simulated nack")
     assert row.next_retry_at is not None
@@ -67,20 +67,20 @@ def test_the_last_attempt_buries_the_event() -> None:
     """A nack on the last allowed attempt makes the row failed (a dead letter)."""
     clock = Clock()
     store = InMemoryStore(clock=clock)
-    event_id = store.add("order.created", {"n": 1})
+    row_id = store.add("order.created", {"n": 1})
     publisher = InMemoryPublisher(reject_times=1)
     report = _dispatcher(store, publisher, clock, max_attempts=1).run_once()
     assert report.buried == 1
-    assert store.status_of(event_id) is Status.FAILED
+    assert store.status_of(row_id) is Status.FAILED
 
 
 def test_a_broker_outage_gives_the_attempt_back() -> None:
     """An unreachable broker releases the batch without spending its attempt."""
     clock = Clock()
     store = InMemoryStore(clock=clock)
-    event_id = store.add("order.created", {"n": 1})
+    row_id = store.add("order.created", {"n": 1})
     report = _dispatcher(store, InMemoryPublisher(unavailable_times=1), clock).run_once()
-    row = store.rows[event_id]
+    row = store.rows[row_id]
     assert report.broker_error is not None
     assert report.released == 1
     assert (row.status, row.attempt) == (Status.PENDING, 0)
@@ -105,9 +105,9 @@ def test_a_lost_lease_changes_nothing() -> None:
     """Outcomes of rows another worker reclaimed are fenced out and counted as lost."""
     clock = Clock()
     store = InMemoryStore(clock=clock)
-    event_id = store.add("order.created", {"n": 1})
+    row_id = store.add("order.created", {"n": 1})
     report = _dispatcher(store, _Stalling(store, clock), clock).run_once()
-    row = store.rows[event_id]
+    row = store.rows[row_id]
     assert (report.sent, report.lost) == (0, 1)
     assert (row.status, row.locked_by, row.attempt) == (Status.PROCESSING, "thief", 2)
 
@@ -145,7 +145,7 @@ def test_an_expired_lease_is_taken_back_once_the_sweep_is_due() -> None:
     a second after it takes the row back, with one more attempt."""
     clock = Clock()
     store = InMemoryStore(clock=clock)
-    event_id = store.add("order.created", {"n": 1})
+    row_id = store.add("order.created", {"n": 1})
     assert len(store.claim("crashed", 10, 0.3)) == 1  # its lease ends at +0.3 s
     publisher = InMemoryPublisher()
     dispatcher = _dispatcher(store, publisher, clock)  # a 30 s lease: a sweep a second
@@ -155,5 +155,5 @@ def test_an_expired_lease_is_taken_back_once_the_sweep_is_due() -> None:
     clock.now += 0.5
     report = dispatcher.run_once()
     assert (report.claimed, report.sent) == (1, 1)
-    assert store.rows[event_id].attempt == 2
-    assert publisher.ids == [event_id]
+    assert store.rows[row_id].attempt == 2
+    assert publisher.ids == [row_id]

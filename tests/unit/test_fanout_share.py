@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.celery.databases import CountPlan
-from relay.policy import share_fanout
+from relay.celery.many_databases import CountPlan, share_fanout
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from amqp.serialization import dumps
 from kombu.transport import pyamqp
 
 from relay.publishers import message
-from relay.publishers.base import kombu_message
 from relay.publishers.frames import BatchEncoder
+from relay.publishers.kombu_connection import kombu_message
 from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
 

@@ -138,3 +138,16 @@ def test_default_source_names_the_database_without_credentials(url: str, source:
     from relay.store.eventids import default_source
 
     assert default_source(make_url(url)) == source
+
+
+def test_a_replayed_message_is_the_original_to_one_queue_plus_the_replay_header() -> None:
+    """``to_queue``: the default exchange, the queue as routing key, the same body, message id
+    and headers, plus ``x-relay-replay`` = the replay's id (a name enqueue refuses)."""
+    created = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    event = ClaimedEvent(7, "order.paid", {"n": 1}, None, "k", 3, created, 4, EVENT_ID)
+    original = message.build(event)
+    replayed = message.to_queue(original, "billing", "r-1")
+    assert (replayed.exchange, replayed.routing_key) == ("", "billing")
+    assert (replayed.body, replayed.message_id) == (original.body, original.message_id)
+    assert replayed.headers == {**original.headers, "x-relay-replay": "r-1"}
+    assert message.REPLAY_HEADER in message.RESERVED_HEADERS

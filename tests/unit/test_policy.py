@@ -8,17 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from relay.policy import (
-    Backoff,
-    BatchSizer,
-    CircuitBreaker,
-    LeaseSweep,
-    PurgePacing,
-    RetryPolicy,
-    SequenceWatch,
-    backoff_seconds,
-)
+from relay.dispatch.batching import BatchSizer
+from relay.dispatch.decisions import CircuitBreaker, RetryPolicy
+from relay.dispatch.pacing import PurgePacing
+from relay.dispatch.polling import SequenceWatch
+from relay.policy import Backoff, backoff_seconds
 from relay.records import Buried, ClaimedEvent, Rescheduled
+from relay.store.lease_sweep import LeaseSweep
 
 
 class _MaxRandom(random.Random):

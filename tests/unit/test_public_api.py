@@ -34,9 +34,10 @@ def _surface() -> dict[str, list[str]]:
 SURFACE = _surface()
 #: ``relay.x`` words of the docs that are no Python path: the task names (a wire contract),
 #: the Django system check ids and migrations (app label ``relay``), the embedded default's
-#: database file, and a public module's dunder names (``relay.__all__``).
+#: database file, the audit logger's name (``relay.audit``), and a public module's dunder names
+#: (``relay.__all__``).
 NOT_PYTHON = re.compile(
-    r"relay\.([EW]\d{3}|\d{4}_\w+|sqlite3)$|relay(\.[a-z]+)*\.__\w+__$|"
+    r"relay\.([EW]\d{3}|\d{4}_\w+|sqlite3|audit)$|relay(\.[a-z]+)*\.__\w+__$|"
     + "|".join(
         re.escape(n) + "$"
         for n in (names.CLAIM_AND_DISPATCH, names.TICK, names.PURGE_SENT, names.PURGE_INBOX)

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 
 from relay import ordering
 from relay.config import Settings
+from relay.dispatch.decisions import exhausted
 from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import EventUnsendable
-from relay.policy import exhausted
 from relay.publishers import message
 from relay.publishers.amqp import _encode
 from relay.publishers.frames import BatchEncoder

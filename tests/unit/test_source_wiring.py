@@ -14,7 +14,7 @@ from relay.config import Settings
 from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import ConfigError
-from relay.store.dispatch import DispatchStore
+from relay.store.dispatch_store import DispatchStore
 from relay.testing import InMemoryPublisher, InMemoryStore
 
 

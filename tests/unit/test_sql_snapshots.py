@@ -23,7 +23,7 @@ from sqlalchemy.sql import ClauseElement
 from relay.records import Status
 from relay.store.dialects import Dialect, for_name, operations_for
 from relay.store.dialects.keys import KeyStatements
-from relay.store.dialects.retention import RetentionStatements
+from relay.store.dialects.purge import RetentionStatements
 from relay.store.filters import EventFilter
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -184,11 +184,11 @@ def test_no_builder_escapes_the_snapshot() -> None:
     leaves out is named in NOT_STATEMENTS and exists: a new statement cannot slip past."""
     reached = {type(b) for name in SA_DIALECTS for b in _builders(name)}
     for module_name in (
-        "base",
-        "common",
+        "dispatch_path",
+        "clock",
         "operations",
-        "outcomes",
-        "produce",
+        "fenced_updates",
+        "caller_transaction",
         "returning",
         "postgresql",
         "mysql",
@@ -262,7 +262,7 @@ def test_hot_path_statements_are_built_once_per_arguments() -> None:
     """A claim's, an outcome's and an enqueue's statements are built once per dialect and
     arguments (no SQLAlchemy construction per batch or event), and the cache stays bounded."""
     from relay.store import dialects
-    from relay.store.dialects import common
+    from relay.store.dialects import clock
     from relay.store.dialects.postgresql import PostgresDialect
 
     d = PostgresDialect()
@@ -281,6 +281,6 @@ def test_hot_path_statements_are_built_once_per_arguments() -> None:
     )
     assert dialects.for_name("postgresql").insert_event(delayed=False, ordered=False) is row
     assert dialects.for_name("postgresql").insert_event(delayed=True, ordered=False) is not row
-    for n in range(common.STATEMENT_CACHE_SIZE + 10):
+    for n in range(clock.STATEMENT_CACHE_SIZE + 10):
         d.heads_statement(n + 1)
-    assert len(d.__dict__["_statements"]) <= common.STATEMENT_CACHE_SIZE
+    assert len(d.__dict__["_statements"]) <= clock.STATEMENT_CACHE_SIZE

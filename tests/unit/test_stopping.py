@@ -14,7 +14,7 @@ import pytest
 
 from relay.commands import probe
 from relay.config import Settings, timing
-from relay.dispatch import dispatcher, fleet, runner
+from relay.dispatch import dispatcher, runner, supervisor
 from relay.dispatch.stopping import FORCED_EXIT_STATUS
 
 _BLOCKED = """
@@ -116,13 +116,15 @@ def test_the_supervisor_file_carries_the_oldest_childs_beat(tmp_path: Path) -> N
     """Under RELAY_DATABASES the shared file takes the time of the child that beat last longest
     ago: one stale child makes it stale."""
     shared = str(tmp_path / "alive")
-    children = [fleet.Child(f"db{i}", {}, False, heartbeat_file=f"{shared}.{i}") for i in (0, 1)]
+    children = [
+        supervisor.Child(f"db{i}", {}, False, heartbeat_file=f"{shared}.{i}") for i in (0, 1)
+    ]
     for c in children:
         assert c.heartbeat_file is not None
         runner.touch(c.heartbeat_file)
     stale = os.stat(f"{shared}.1").st_mtime - 100
     os.utime(f"{shared}.1", (stale, stale))
-    beat = fleet._fleet_beat(shared, children, 8.0)
+    beat = supervisor._fleet_beat(shared, children, 8.0)
     assert beat is not None
     beat()
     assert os.stat(shared).st_mtime == stale

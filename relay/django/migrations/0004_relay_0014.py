@@ -4,7 +4,7 @@ from typing import Any, ClassVar
 
 from django.db import migrations
 
-from relay.django.schema import operation
+from relay.django.alembic_bridge import operation
 
 forwards, backwards = operation("0014", "0013")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from relay.exceptions import ConfigError
-from relay.store.dialects.base import Dialect
+from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.operations import Operations
 
 

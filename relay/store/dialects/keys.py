@@ -24,8 +24,8 @@ from typing import Any
 
 from sqlalchemy import Select, and_, bindparam, func, or_, select, true
 
-from relay.store.dialects.base import Dialect
-from relay.store.dialects.common import FAILED, SENT
+from relay.store.dialects.clock import FAILED, SENT
+from relay.store.dialects.dispatch_path import Dialect
 from relay.store.schema import outbox, outbox_progress
 
 #: What a stalled key's row reports: the key, its progress, its head (NULL when missing: then

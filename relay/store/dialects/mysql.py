@@ -45,8 +45,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.mysql import Insert, insert
 
 from relay.store.claimsize import fit_bytes
-from relay.store.dialects.base import Dialect
-from relay.store.dialects.common import cached
+from relay.store.dialects.clock import cached
+from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.operations import Operations
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import UtcDateTime, utc_now

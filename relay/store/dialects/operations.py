@@ -1,8 +1,8 @@
 """The operator's and the reports' statements: status, gauges, lists, retry and purge, audit,
 heartbeats, retention.
 
-:class:`Operations` borrows a dialect's clock (``relay.store.dialects.base``); a database whose
-SQL differs subclasses it in its own module. Nothing on the dispatch path runs these.
+:class:`Operations` borrows a dialect's clock (``relay.store.dialects.dispatch_path``); a database
+whose SQL differs subclasses it in its own module. Nothing on the dispatch path runs these.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from sqlalchemy import (
     update,
 )
 
-from relay.store.dialects.base import Dialect
-from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, lit
+from relay.store.dialects.clock import FAILED, PENDING, PROCESSING, SENT, lit
+from relay.store.dialects.dispatch_path import Dialect
 from relay.store.filters import EventFilter, like_pattern
 from relay.store.schema import audit, heartbeats, outbox, outbox_progress
 from relay.store.timestamps import UtcDateTime
@@ -115,6 +115,26 @@ class Operations:
         if after is not None:
             stmt = stmt.where(outbox.c.id > after)
         return stmt.order_by(outbox.c.id).limit(limit)
+
+    def sent_rows(self, matching: ColumnElement[bool], after: int, horizon: int) -> Select[Any]:
+        """Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
+        horizon]``, by id: a replay's page, a bounded range of the primary key whatever the
+        planner's statistics say (never OFFSET, never a sort of the whole history)."""
+        return (
+            select(*self.dialect.claim_columns())
+            .where(outbox.c.status == SENT, matching, outbox.c.id > after, outbox.c.id <= horizon)
+            .order_by(outbox.c.id)
+        )
+
+    def sent_extent(
+        self, matching: ColumnElement[bool], after: int | None
+    ) -> Select[int, Any, Any]:
+        """How many sent rows ``matching`` selects after id ``after``, and the first and last
+        one's ids: a replay's size and range."""
+        where = [outbox.c.status == SENT, matching]
+        if after is not None:
+            where.append(outbox.c.id > after)
+        return select(func.count(), func.min(outbox.c.id), func.max(outbox.c.id)).where(*where)
 
     def count_matching(self, matching: ColumnElement[bool]) -> Select[Any]:
         """How many rows ``matching`` selects."""

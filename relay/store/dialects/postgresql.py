@@ -23,8 +23,8 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.store.dialects.base import _PLACE
-from relay.store.dialects.common import PROCESSING, cached
+from relay.store.dialects.clock import PROCESSING, cached
+from relay.store.dialects.dispatch_path import _PLACE
 from relay.store.dialects.operations import Operations
 from relay.store.dialects.returning import ReturningDialect
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
@@ -212,7 +212,7 @@ class PostgresDialect(ReturningDialect):
     def id_sequence(self) -> Select[Any]:
         """The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.
 
-        NULL when the column has none (:mod:`relay.dispatch.watch` then polls)."""
+        NULL when the column has none (:mod:`relay.dispatch.watcher` then polls)."""
         return select(func.pg_get_serial_sequence(sa.literal(outbox.name), sa.literal("id")))
 
     def sequence_cache(self) -> TextClause:

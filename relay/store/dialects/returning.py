@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Update
 
-from relay.store.dialects.base import Dialect
+from relay.store.dialects.dispatch_path import Dialect
 
 
 class ReturningDialect(Dialect):

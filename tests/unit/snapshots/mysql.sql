@@ -296,6 +296,11 @@ SELECT coalesce(sum(outbox_sent_counts.sent), %s) AS coalesce_1
 FROM outbox_sent_counts
 WHERE outbox_sent_counts.minute > CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - %s;
 
+-- sent_extent: How many sent rows ``matching`` selects after id ``after``, and the first and last
+SELECT count(*) AS count_1, min(outbox.id) AS min_1, max(outbox.id) AS max_1
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s;
+
 -- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
 SELECT CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIGNED INTEGER) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / sum(outbox_sent_counts.sent) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
 FROM outbox_sent_counts
@@ -305,6 +310,11 @@ WHERE outbox_sent_counts.minute > CAST(floor(UNIX_TIMESTAMP(NOW(6)) / %s) AS SIG
 SELECT floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0) AS minutes_ago, count(*) AS sent, avg(timestampdiff(MICROSECOND, outbox.created_at, (UTC_TIMESTAMP(6))) / 1000000.0 - timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) AS mean_lag, max(timestampdiff(MICROSECOND, outbox.created_at, (UTC_TIMESTAMP(6))) / 1000000.0 - timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) AS max_lag
 FROM outbox
 WHERE outbox.sent_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) GROUP BY floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0);
+
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s AND outbox.id <= %s ORDER BY outbox.id;
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN %s THEN %s WHEN %s THEN %s ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);

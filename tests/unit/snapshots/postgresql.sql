@@ -356,6 +356,11 @@ SELECT coalesce(sum(outbox_sent_counts.sent), %(coalesce_2)s::INTEGER) AS coales
 FROM outbox_sent_counts
 WHERE outbox_sent_counts.minute > CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT) - %(b_minutes)s::BIGINT;
 
+-- sent_extent: How many sent rows ``matching`` selects after id ``after``, and the first and last
+SELECT count(*) AS count_1, min(outbox.id) AS min_1, max(outbox.id) AS max_1
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE AND outbox.id > %(id_2)s::BIGINT;
+
 -- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
 SELECT CAST(floor(extract(epoch from now()) / CAST(%(param_1)s::INTEGER AS NUMERIC)) AS BIGINT) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / CAST(sum(outbox_sent_counts.sent) AS NUMERIC) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
 FROM outbox_sent_counts
@@ -365,6 +370,11 @@ WHERE outbox_sent_counts.minute > CAST(floor(extract(epoch from now()) / CAST(%(
 SELECT floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC)) AS minutes_ago, count(*) AS sent, avg(CAST(EXTRACT(epoch FROM now() - outbox.created_at) AS FLOAT) - CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT)) AS mean_lag, max(CAST(EXTRACT(epoch FROM now() - outbox.created_at) AS FLOAT) - CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT)) AS max_lag
 FROM outbox
 WHERE outbox.sent_at >= now() + %(param_1)s * interval '1 second' GROUP BY floor(CAST(EXTRACT(epoch FROM now() - outbox.sent_at) AS FLOAT) / CAST(60.0 AS NUMERIC));
+
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
+SELECT outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE AND outbox.id > %(id_2)s::BIGINT AND outbox.id <= %(id_3)s::BIGINT ORDER BY outbox.id;
 
 -- sequence_cache: The ``CACHE`` of ``:sequence``: ids a session takes at a time (1 by default).
 SELECT seqcache FROM pg_catalog.pg_sequence WHERE seqrelid = CAST(%(sequence)s AS regclass);

@@ -301,6 +301,11 @@ SELECT coalesce(sum(outbox_sent_counts.sent), ?) AS coalesce_1
 FROM outbox_sent_counts
 WHERE outbox_sent_counts.minute > CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - ?;
 
+-- sent_extent: How many sent rows ``matching`` selects after id ``after``, and the first and last
+SELECT count(*) AS count_1, min(outbox.id) AS min_1, max(outbox.id) AS max_1
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ?;
+
 -- sent_minutes: Per minute ago (0-59), the events counted sent and their mean and largest lag.
 SELECT CAST(floor(((julianday('now') - 2440587.5) * 86400.0) / (? + 0.0)) AS BIGINT) - outbox_sent_counts.minute AS minutes_ago, sum(outbox_sent_counts.sent) AS sent, sum(outbox_sent_counts.lag_sum) / (sum(outbox_sent_counts.sent) + 0.0) AS mean_lag, max(outbox_sent_counts.lag_max) AS max_lag
 FROM outbox_sent_counts
@@ -310,6 +315,11 @@ WHERE outbox_sent_counts.minute > CAST(floor(((julianday('now') - 2440587.5) * 8
 SELECT floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0)) AS minutes_ago, count(*) AS sent, avg((julianday('now') - julianday(outbox.created_at)) * 86400.0 - (julianday('now') - julianday(outbox.sent_at)) * 86400.0) AS mean_lag, max((julianday('now') - julianday(outbox.created_at)) * 86400.0 - (julianday('now') - julianday(outbox.sent_at)) * 86400.0) AS max_lag
 FROM outbox
 WHERE outbox.sent_at >= strftime(?, 'now', printf(?, ?)) GROUP BY floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0));
+
+-- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+FROM outbox
+WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ? AND outbox.id <= ? ORDER BY outbox.id;
 
 -- set_progress: Set each key's progress to its number in ``moves``, in one statement (the rows are
 UPDATE outbox_progress SET sent_seq=CASE outbox_progress.ordering_key WHEN ? THEN ? WHEN ? THEN ? ELSE outbox_progress.sent_seq END WHERE outbox_progress.ordering_key IN (__[POSTCOMPILE_ordering_key_1]);

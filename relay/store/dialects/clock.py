@@ -1,6 +1,6 @@
 """What every builder module shares: the database clock, statuses as literals, the cache.
 
-:class:`Clock` is the root of each dialect's builders (``relay.store.dialects.base``,
+:class:`Clock` is the root of each dialect's builders (``relay.store.dialects.dispatch_path``,
 ``.produce``) and the operations builders borrow a dialect's clock
 (``relay.store.dialects.operations``): every time a statement compares is database time.
 """

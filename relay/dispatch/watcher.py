@@ -2,11 +2,12 @@
 
 - PostgreSQL (``RELAY_NOTIFY`` on, the default): a :class:`SequenceWatcher` looks at the
   sequence that numbers ``outbox.id`` every ``RELAY_POLL_FLOOR_SECONDS`` (one statement that
-  reads no table; :mod:`relay.store.watch`); when it moved, it looks for claimable rows and
+  reads no table; :mod:`relay.store.sequence`); when it moved, it looks for claimable rows and
   wakes the relay if there are some, and keeps looking until every writer it saw has ended
-  (:class:`relay.policy.SequenceWatch`). Any writer is seen, plain SQL in any language included,
-  and none runs a trigger or a statement for it: migration 0014 dropped the NOTIFY trigger,
-  whose commits PostgreSQL serialises (issue 27). It works through a transaction pooler too.
+  (:class:`relay.dispatch.polling.SequenceWatch`). Any writer is seen, plain SQL in any language
+  included, and none runs a trigger or a statement for it: migration 0014 dropped the NOTIFY
+  trigger, whose commits PostgreSQL serialises (issue 27). It works through a transaction pooler
+  too.
 - Elsewhere (MySQL, MariaDB, SQLite, ``RELAY_NOTIFY=0``), or when the sequence cannot be read:
   a :class:`Poller` looks for claimable rows adaptively, floor to ceiling.
 
@@ -28,11 +29,12 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.config.urls import redact
+from relay.dispatch.polling import IdlePoll, SequenceWatch
 from relay.exceptions import StoreError
-from relay.policy import Backoff, IdlePoll, SequenceWatch
-from relay.store.dispatch import Store
+from relay.policy import Backoff
+from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import normalize_url
-from relay.store.watch import SequenceReader
+from relay.store.sequence import SequenceReader
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +109,7 @@ class SequenceWatcher(_Background):
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         on_wake: Callable[[], None],
         floor: float,
         *,
@@ -223,7 +225,7 @@ class Poller(_Background):
     thread_name = "relay-poll"
 
     def __init__(
-        self, store: Store, on_found: Callable[[], None], floor: float, ceiling: float
+        self, store: DispatchStore, on_found: Callable[[], None], floor: float, ceiling: float
     ) -> None:
         super().__init__()
         self.store, self.on_found = store, on_found
@@ -266,7 +268,9 @@ def poll_instead(
     ``engine_kwargs`` (the dispatch path's deadlines)."""
 
     def start() -> None:
-        Poller(Store.from_url(database_url, **engine_kwargs), on_found, floor, ceiling).start()
+        Poller(
+            DispatchStore.from_url(database_url, **engine_kwargs), on_found, floor, ceiling
+        ).start()
         log.warning("relay poller started instead: every %gs to %gs", floor, ceiling)
 
     return start

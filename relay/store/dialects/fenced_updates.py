@@ -1,7 +1,8 @@
 """The dispatch path's outcome statements: sent, rescheduled, buried, released, each fenced on
 ``(id, attempt)``, ``status = 'processing'`` and ``locked_by``; the lease's renewal and check;
 the relay's side of per-key progress. Part of every dialect's builders
-(:class:`relay.store.dialects.base.Dialect`), which supply the clock and may override the fence.
+(:class:`relay.store.dialects.dispatch_path.Dialect`), which supply the clock and may override the
+fence.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy import (
     update,
 )
 
-from relay.store.dialects.common import FAILED, PENDING, PROCESSING, SENT, Clock, cached
+from relay.store.dialects.clock import FAILED, PENDING, PROCESSING, SENT, Clock, cached
 from relay.store.schema import outbox, outbox_progress
 
 

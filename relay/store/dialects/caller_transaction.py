@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from relay.store.dialects.common import Clock, cached
+from relay.store.dialects.clock import Clock, cached
 from relay.store.schema import inbox, outbox
 
 #: The columns every enqueued row binds (the rest take the table's defaults).

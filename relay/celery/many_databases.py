@@ -5,10 +5,10 @@ connection, given back after each task), and the tick that shares the fan-out be
 A fleet tick does no claim of its own: it counts the claimable rows of the databases that may
 have some (a bounded count, the databases asked in parallel so one that is down costs only its
 own timeout) and sends ``claim_and_dispatch(source=NAME)`` tasks as
-:func:`relay.policy.share_fanout` deals them: every database with work gets one before any gets
-a second, ``RELAY_MAX_FANOUT`` in all. A database's drain in such a fleet stops after one tick
-(:func:`drain_budget`), so a worker process held by the busy database is free again for the
-next tick's tasks, which reach the queue interleaved.
+:func:`relay.celery.many_databases.share_fanout` deals them: every database with work gets one
+before any gets a second, ``RELAY_MAX_FANOUT`` in all. A database's drain in such a fleet stops
+after one tick (:func:`drain_budget`), so a worker process held by the busy database is free again
+for the next tick's tasks, which reach the queue interleaved.
 
 Which databases a tick counts (:class:`CountPlan`): on PostgreSQL, one statement per *server*
 reads how many rows each database has written (inserted, updated, deleted: new events, claims,
@@ -35,13 +35,43 @@ from relay.celery.runtime import Runtime
 from relay.config import Settings
 from relay.config.databases import each, several
 from relay.exceptions import RelayError
-from relay.policy import share_fanout
 
 log = logging.getLogger(__name__)
 
 #: A database whose written-rows figure did not move is still counted this often by each
 #: worker process's ticks (and its tick heartbeat written then, for ``relay doctor``).
 COUNT_NET_SECONDS = 10.0
+
+
+def share_fanout(
+    backlogs: Mapping[str, int], batch_size: int, max_fanout: int, *, turn: int = 0
+) -> tuple[str, ...]:
+    """The ``claim_and_dispatch`` tasks one tick of a fleet over several databases sends, in
+    the order to send them: one name per task, ``max_fanout`` at most in all.
+
+    Each database wants one task per ``batch_size`` rows of its (bounded) ``backlogs`` count.
+    Tasks are dealt in rounds, one per database still wanting more in each round (max-min
+    fairness): every database with work gets its first task before any gets a second, so a
+    million-row backlog takes only what the others leave. When more databases have work than
+    ``max_fanout`` allows, ``turn`` (the tick's number) rotates which ones go first, so each is
+    served within a few ticks. Sending in rounds interleaves the queue the same way.
+    """
+    if batch_size < 1 or max_fanout < 1:
+        raise ValueError(f"batch_size and max_fanout must be >= 1, got {batch_size}, {max_fanout}")
+    wanted = {name: math.ceil(rows / batch_size) for name, rows in backlogs.items() if rows > 0}
+    order = list(wanted)
+    if order:
+        start = (turn * max_fanout) % len(order)
+        order = order[start:] + order[:start]
+    sends: list[str] = []
+    round_ = 1
+    while len(sends) < max_fanout:
+        dealt = [name for name in order if wanted[name] >= round_]
+        if not dealt:
+            break
+        sends.extend(dealt[: max_fanout - len(sends)])
+        round_ += 1
+    return tuple(sends)
 
 
 @dataclass

@@ -33,8 +33,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from relay.store.dialects.base import Dialect
-from relay.store.dialects.common import PENDING, SENT, cached
+from relay.store.dialects.clock import PENDING, SENT, cached
+from relay.store.dialects.dispatch_path import Dialect
 from relay.store.schema import outbox, purger, sent_counts
 
 #: The purger row every migrated database holds (migration 0013).

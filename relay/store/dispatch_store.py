@@ -16,13 +16,13 @@ from sqlalchemy import Connection, Engine
 from relay import ordering
 from relay.config import Settings, timing
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
-from relay.store.base import BaseStore, executemany
 from relay.store.claimsize import ClaimFit, text_bytes
-from relay.store.dialects.retention import RetentionStatements
+from relay.store.dialects.purge import RetentionStatements
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.eventids import default_source
+from relay.store.transactions import BaseStore, executemany
 
-__all__ = ["Completed", "DispatchStore", "Store"]
+__all__ = ["Completed", "DispatchStore"]
 
 #: Rows of ``outbox_sent_counts`` per minute: relays hash their worker id onto one of them, so
 #: their outcome transactions seldom wait on each other's count row.
@@ -42,7 +42,7 @@ class DispatchStore(BaseStore):
     ) -> None:
         super().__init__(engine)
         #: ``RELAY_BATCH_MAX_BYTES``: most bytes of payload and headers one claim leases
-        #: (``relay.store.dialects.base.Dialect.claim``); None: bounded by rows only.
+        #: (``relay.store.dialects.dispatch_path.Dialect.claim``); None: bounded by rows only.
         self.batch_max_bytes = batch_max_bytes
         self._fit = ClaimFit()
         #: The CloudEvents ``source`` of this outbox's messages (``RELAY_SOURCE``).
@@ -86,8 +86,9 @@ class DispatchStore(BaseStore):
         self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
     ) -> list[ClaimedEvent]:
         """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
-        unordered rows whose lease expired only when ``expired`` (``relay.policy.LeaseSweep``);
-        no more than ``batch_max_bytes`` of payload and headers, but always at least one row."""
+        unordered rows whose lease expired only when ``expired``
+        (``relay.store.lease_sweep.LeaseSweep``); no more than ``batch_max_bytes`` of payload and
+        headers, but always at least one row."""
         with self._tx() as conn:
             return self._claim(conn, worker, limit, lease_seconds, expired)
 
@@ -298,10 +299,6 @@ def dispatch_engine_kwargs(settings: Settings) -> dict[str, Any]:
     watchdog abandoning any call past a third of it (:mod:`relay.store.watchdog`), so that a
     server that stops answering is noticed before the leases it holds run out."""
     return {"deadlines": timing.database_deadlines(settings.lease_seconds), "abandon_calls": True}
-
-
-#: The name the dispatcher, the lease keeper and the wake-ups have always used.
-Store = DispatchStore
 
 
 def _keys(events: Sequence[ClaimedEvent]) -> list[tuple[int, int]]:

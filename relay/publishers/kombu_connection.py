@@ -56,6 +56,11 @@ class KombuPublisher:
     def _publish_batch(self, events: list[ClaimedEvent], result: PublishResult) -> None:
         raise NotImplementedError
 
+    def _prepare(self, event: ClaimedEvent) -> message.OutgoingMessage:
+        """The message for ``event`` (:func:`relay.publishers.message.prepare`); a replay
+        publisher routes it elsewhere (:mod:`relay.publishers.queue_replay`)."""
+        return message.prepare(event, self.keyring)
+
     def _connection_options(self) -> dict[str, Any]:
         """``kombu.Connection`` keywords besides the URL: the deadlines of its calls."""
         return {"connect_timeout": self.confirm_timeout}

@@ -1,8 +1,8 @@
 """The dispatch path's statements (claim, outcomes, leases, per-key progress); each dialect
 supplies its clock, locking and upserts.
 
-They sit on top of the application's (``relay.store.dialects.produce``) and the outcomes'
-(``relay.store.dialects.outcomes``); the operator's queries are in
+They sit on top of the application's (``relay.store.dialects.caller_transaction``) and the outcomes'
+(``relay.store.dialects.fenced_updates``); the operator's queries are in
 ``relay.store.dialects.operations``. The builders return SQLAlchemy Core
 statements and never execute them (except ``claim`` and ``next_seq``, which run several
 statements in the transaction they are given). A snapshot test compiles each one per dialect.
@@ -41,9 +41,9 @@ from sqlalchemy import (
 
 from relay.ordering import cut_runs
 from relay.store.claimsize import fit_bytes, text_bytes
-from relay.store.dialects.common import PENDING, PROCESSING, cached
-from relay.store.dialects.outcomes import OutcomeStatements
-from relay.store.dialects.produce import InboxStatements, ProducerStatements
+from relay.store.dialects.caller_transaction import InboxStatements, ProducerStatements
+from relay.store.dialects.clock import PENDING, PROCESSING, cached
+from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.schema import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 
 #: The JSON columns a claim returns as text (see :meth:`Dialect.claim_columns`).
@@ -148,7 +148,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         lane locked but the merge left out stay locked only until the claim commits; the lane
         of expired leases is empty in normal operation, but on PostgreSQL its index range is
         not (an entry per row claimed since the last vacuum), so a claim reads it only when
-        ``expired`` (:class:`relay.policy.LeaseSweep`): without, the pending lane alone.
+        ``expired`` (:class:`relay.store.lease_sweep.LeaseSweep`): without, the pending lane alone.
         ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_due(), (outbox.c.id,))

@@ -21,7 +21,7 @@ from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
 from relay.celery.acks import PromptAcks
-from relay.celery.databases import Runtimes, drain_budget, fleet_tick
+from relay.celery.many_databases import Runtimes, drain_budget, fleet_tick
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
