@@ -26,6 +26,7 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/api/audit"),
     ("POST", "/api/events/retry"),
     ("POST", "/api/events/purge"),
+    ("POST", "/api/events/replay"),
     ("GET", "/"),
     ("GET", "/signin"),
     ("POST", "/signin"),
@@ -41,7 +42,7 @@ ROUTES: list[tuple[str, str]] = [
 #: The names the handlers read, so that most generated parameters reach a parser.
 NAMES = [
     "status", "event_type", "key", "error", "since", "until", "ids", "all", "limit", "after",
-    "dry_run", "next", "token", "code", "name", "csrf", "action",
+    "dry_run", "next", "token", "code", "name", "csrf", "action", "to_queue", "rate",
 ]  # fmt: skip
 #: Values that broke parsers once, or would: overflows, huge ids, NUL, surrogates, markup.
 NASTY = [
@@ -77,7 +78,8 @@ json_values = st.recursive(
 )
 #: Filters and actions mostly well-formed, so that the handlers past the parsers run too.
 GOOD = {
-    "action": ["retry", "purge"],
+    "action": ["retry", "purge", "replay"],
+    "to_queue": ["orders", "missing.queue"],
     "status": ["failed", "sent", "pending"],
     "event_type": ["order.*", "*", "order.created"],
     "key": ["k1"],
