@@ -43,6 +43,8 @@ log = logging.getLogger("relay")
 
 #: How often the supervisor looks at its children (and touches the heartbeat file).
 CHECK_SECONDS = 0.5
+#: ``kill -USR1``: the children dump their stacks one after the other, this far apart.
+DUMP_GAP_SECONDS = 0.2
 #: A child that died is started again after a backoff from the first to the second.
 RESTART_FIRST_SECONDS, RESTART_MAX_SECONDS = 1.0, 30.0
 
@@ -152,9 +154,9 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
     def on_dump(*_: object) -> None:  # kill -USR1: this process's stacks, then each child's
         faulthandler.dump_traceback(all_threads=True)
-        for c in children:
-            if c.running and c.proc is not None:
-                c.proc.send_signal(signal.SIGUSR1)
+        threading.Thread(
+            target=_dump_children, args=(list(children),), name="relay-dump", daemon=True
+        ).start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_dump)
@@ -174,6 +176,16 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return Report()
+
+
+def _dump_children(children: list[Child]) -> None:
+    """SIGUSR1 to each running child, :data:`DUMP_GAP_SECONDS` apart: a child writes its stacks
+    in many small writes, so two dumping at once into the stderr they share would interleave
+    mid-line (seen: unreadable, and a test that looked for a frame missed it)."""
+    for c in children:
+        if c.running and c.proc is not None:
+            c.proc.send_signal(signal.SIGUSR1)
+            time.sleep(DUMP_GAP_SECONDS)
 
 
 def _supervise(
