@@ -20,6 +20,7 @@ from relay.config import Settings
 from relay.consume import inbox
 from relay.consume.consumer import DEFAULT_PREFETCH, Handler, QueueHandlers
 from relay.consume.deadletters import DeadLetters
+from relay.publishers.signatures import Keyring
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ class _EventQueues:
     def __init__(self, exchange: str, prefetch: int) -> None:
         self.exchange, self.prefetch = exchange, prefetch
         self.queues: dict[str, QueueHandlers] = {}
+        #: ``RELAY_SIGNING_KEYS`` of the worker's environment: every queue verifies with it.
+        self.keyring: Keyring | None = None
 
 
 _EVENT_QUEUES: weakref.WeakKeyDictionary[Celery, _EventQueues] = weakref.WeakKeyDictionary()
@@ -103,12 +106,15 @@ def on_event(
     ``RELAY_EXCHANGE``. ``single_active_consumer`` (RabbitMQ) lets one worker at a time take
     the queue, so events are handled in the order they were published. The first call adds the
     consumer bootstep and a beat entry that purges inbox rows older than
-    ``inbox_retention_seconds``, hourly.
+    ``inbox_retention_seconds``, hourly. With ``RELAY_SIGNING_KEYS`` set in the worker's
+    environment, every event must carry a valid signature: one without is dead-lettered
+    unhandled (:mod:`relay.publishers.signatures`).
     """
     registry = _EVENT_QUEUES.get(app)
     if registry is None:
-        name = exchange or Settings.from_env(only={"exchange"}).exchange
-        registry = _EVENT_QUEUES[app] = _EventQueues(name, prefetch)
+        env = Settings.from_env(only={"exchange", "signing_keys"})
+        registry = _EVENT_QUEUES[app] = _EventQueues(exchange or env.exchange, prefetch)
+        registry.keyring = Keyring.from_text(env.signing_keys)
         app.steps["consumer"].add(EventConsumerStep)
         _install_inbox_purge(app, registry, inbox_retention_seconds)
     handlers = registry.queues.get(queue)
@@ -119,6 +125,7 @@ def on_event(
             consumer=consumer or queue,
             max_attempts=max_attempts,
             single_active_consumer=single_active_consumer,
+            keyring=registry.keyring,
         )
     elif handlers.engine is not engine:
         raise ValueError(f"queue {queue!r} already has handlers on another engine")

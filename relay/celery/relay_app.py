@@ -42,9 +42,12 @@ def fanout(backlog: int, batch_size: int, max_fanout: int) -> int:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """The Celery settings of the relay's own app (``celeryconfig.py`` exposes the same)."""
+    """The Celery settings of the relay's own app (``celeryconfig.py`` exposes the same).
+    A TLS broker URL's options become ``broker_use_ssl`` (:mod:`relay.config.tls`)."""
+    broker_url, broker_tls = transports.broker_tls(settings.broker_url)
     return {
-        "broker_url": settings.broker_url,
+        "broker_url": broker_url,
+        "broker_use_ssl": broker_tls.kombu_ssl(),
         "broker_transport_options": transports.transport_options(settings.broker_url),
         "broker_connection_retry_on_startup": True,
         "task_default_queue": settings.queue,

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from relay.commands import reach
+from relay.commands import doctor_tls, reach
 from relay.commands.command import Command
 from relay.commands.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings
@@ -38,6 +38,7 @@ def run(settings: Settings | None, settings_error: str | None = None) -> list[Ch
         checks += list(_database(engine, settings))
     finally:
         engine.dispose()
+    checks += list(doctor_tls.brokers(settings))
     checks += list(_broker(settings))
     return checks
 
@@ -52,9 +53,12 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
     try:
         reach.database(engine)
     except StoreError as exc:
-        yield Check("database", FAIL, str(exc), "check RELAY_DATABASE_URL and the server")
+        why = doctor_tls.diagnose(engine.url) if "certificate" in str(exc) else ""
+        detail = f"{exc} ({why})" if why else str(exc)
+        yield Check("database", FAIL, detail, "check RELAY_DATABASE_URL and the server")
         return
     yield Check("database", PASS, f"reachable ({engine.dialect.name})")
+    yield _guarded("database TLS", lambda: doctor_tls.database(engine))
     schema = _schema(engine)
     yield schema
     if schema.status == FAIL:

@@ -24,13 +24,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "purge":
         return _purge(settings, args)
-    import kombu
 
     from relay.consume import deadletters
     from relay.publishers import transports
 
     url = settings.events_connection_url
-    with kombu.Connection(url, transport_options=transports.transport_options(url)) as conn:
+    with transports.kombu_connection(url) as conn:
         if args.action == "redrive":
             moved = deadletters.redrive(conn, args.queue, args.limit)
             print(f"{moved} dead letters back on {args.queue}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from relay.config import databases, retention_rules
+from relay.config import databases, retention_rules, signing, tls
 from relay.config.env import check
 from relay.config.urls import redact
 
@@ -103,6 +103,16 @@ def validate(self: Settings) -> None:
             "must be a URI-reference (printable, no spaces)",
         )
     _validate_console(self)
+    if self.signing_keys is not None:
+        try:
+            signing.parse_keys(self.signing_keys)
+        except ValueError as exc:
+            check(
+                False,
+                "RELAY_SIGNING_KEYS",
+                "...",  # secrets: never echoed
+                f"is not kid=secret,... with secrets of 32+ characters{': ' + str(exc)}",
+            )
     databases.check_settings(self)
     for name, url in (
         ("RELAY_DATABASE_URL", self.database_url),
@@ -111,6 +121,17 @@ def validate(self: Settings) -> None:
     ):
         if url is not None:
             check("://" in url, name, redact(url), "is not a URL (expected scheme://...)")
+    for name, url in (("RELAY_BROKER_URL", self.broker_url), ("RELAY_EVENTS_URL", self.events_url)):
+        for node in tls.nodes(url) if url else ():
+            try:
+                tls.parse(node)
+            except tls.TlsOptionError as exc:
+                check(
+                    False,
+                    name,
+                    redact(node),
+                    f"has an unknown or unreadable TLS option (docs/security.md){': ' + str(exc)}",
+                )
 
 
 def _validate_console(self: Settings) -> None:

@@ -38,7 +38,7 @@ POLLED_TICK_SECONDS = 0.4
 POLLED_IDLE_SECONDS = 0.2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
     """Everything the relay needs to run; build with :meth:`from_env` or directly.
 
@@ -99,6 +99,10 @@ class Settings:
     console_token: str | None = field(default=None, metadata={"secret": True})
     #: The web console's view-only token: may view, never act. Secret.
     console_readonly_token: str | None = field(default=None, metadata={"secret": True})
+    #: Keys that sign every event (``kid=secret,...``, secrets of 32+ characters): the first
+    #: signs, every one verifies (``relay.consume``), so a key is rotated by listing the new one
+    #: first. Secret. None: events are not signed.
+    signing_keys: str | None = field(default=None, metadata={"secret": True})
     #: Payload and header fields the console masks everywhere, comma-separated
     #: (``password,card_number``; any case, at any depth).
     console_redact: str | None = None
@@ -236,6 +240,12 @@ class Settings:
             values[f.name] = parse(var, raw, PARSERS[kind])
         return cls(**values, explicit=frozenset(values))
 
+    def __repr__(self) -> str:
+        """The fields set, redacted as :meth:`describe` does: a repr in a traceback or a log
+        line carries no password or token."""
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.describe().items() if self._is_set(k))
+        return f"Settings({shown})"
+
     def describe(self) -> dict[str, Any]:
         """The settings as a dict with every secret in URLs redacted: safe to log."""
         out: dict[str, Any] = {}
@@ -249,12 +259,14 @@ class Settings:
 
 #: What ``relay migrate|status|failed|pending|purge-sent`` read: the database and nothing else.
 DATABASE_ONLY = frozenset({"database_url", "databases"})
-#: What ``relay replay`` reads: the outbox, the events broker and what names the messages.
+#: What ``relay replay`` reads: the outbox, the events broker, what names the messages and
+#: the keys that sign them.
 REPLAY_ONLY = DATABASE_ONLY | {
     "broker_url",
     "events_url",
     "exchange",
     "source",
+    "signing_keys",
     "delete_on_send",
     "retention_seconds",
     "confirm_timeout_seconds",

@@ -9,10 +9,18 @@ import re
 _USERINFO = re.compile(
     r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)?(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]*)@"
 )
-_QUERY_SECRET = re.compile(r"(?i)(?P<key>[?&](?:password|passwd|pwd|secret|token)=)[^&\s]*")
+#: A secret named in a URL's query (``?password=``, ``&sslpassword=``, ``ssl_password``,
+#: ``access_token``, ``api_key``) or in a libpq keyword string (``password=... sslpassword=...``):
+#: any key that contains one of these words.
+_SECRET_WORDS = r"(?:password|passwd|pwd|passphrase|secret|token|api_?key|credential)"  # noqa: S105 (names of secrets, not one)
+_QUERY_SECRET = re.compile(
+    rf"(?i)(?P<key>(?:^|(?<=[?&;\s,(]))[a-z0-9_.\-]*{_SECRET_WORDS}[a-z0-9_.\-]*\s*=\s*)"
+    r"(?P<value>'(?:[^'\\]|\\.)*'|[^&\s'\",;)]*)"
+)
 
 
 def redact(text: str) -> str:
-    """Replace every password in URLs found in ``text`` by ``***``."""
+    """Replace every password in URLs found in ``text`` (user info, and any query or libpq
+    keyword naming a password, passphrase, secret, token or key) by ``***``."""
     text = _USERINFO.sub(lambda m: f"{m['scheme'] or ''}{m['user']}:***@", text)
     return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", text)

@@ -18,7 +18,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from relay.console.auth import Credential, csrf_ok
-from relay.console.views import BadRequest, act, jsonable, read_filter, read_page, replay
+from relay.console.views import (
+    BadRequest,
+    act,
+    bounded_id,
+    jsonable,
+    read_filter,
+    read_page,
+    replay,
+)
 from relay.exceptions import (
     BrokerUnavailable,
     DatabaseUnavailable,
@@ -42,7 +50,7 @@ def _error(status: int, message: str) -> JSONResponse:
 async def _body(request: Request) -> dict[str, Any]:
     try:
         body = await request.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):
         raise BadRequest("the body must be a JSON object") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
@@ -83,10 +91,7 @@ def routes(c: Console) -> list[Route]:
         return JSONResponse({"events": [jsonable(r, c.redact) for r in rows], "next": nxt})
 
     async def event(request: Request, cred: Credential) -> Response:
-        try:
-            row_id = int(request.path_params["row_id"])
-        except ValueError:
-            raise BadRequest("a row id is an integer") from None
+        row_id = bounded_id(request.path_params["row_id"], "the row id")
         row = await run_in_threadpool(c.store.event, row_id)
         if row is None:
             return _error(404, f"no event {row_id}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -51,6 +52,9 @@ class _Console:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+        if not _valid_host(scope):
+            await _answer(send, 400, b"the Host header is not a host name and port")
+            return
         root = scope.get("root_path", "")
         scope = {**scope, "router": self.inner.router, "app_root_path": root}
 
@@ -62,16 +66,44 @@ class _Console:
         await self.inner(scope, receive, with_headers)
 
 
+def _valid_host(scope: Scope) -> bool:
+    """Whether the request's Host header (which every URL the console builds starts from)
+    parses as ``host[:port]``; a missing one is left to the server's own address."""
+    for name, value in scope.get("headers", []):
+        if name == b"host":
+            try:
+                host = value.decode("latin-1")
+                parts = urlsplit(f"http://{host}/")
+                _ = parts.port
+            except ValueError:
+                return False
+            return parts.netloc == host and all(c.isprintable() and c != " " for c in host)
+    return True
+
+
+async def _answer(send: Send, status: int, text: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), *SECURITY_HEADERS],
+        }
+    )
+    await send({"type": "http.response.body", "body": text})
+
+
 def app(
     engine: Engine,
     settings: Settings,
     *,
     database: str | None = None,
     databases: tuple[str, ...] = (),
+    signin_code: str | None = None,
 ) -> ASGIApp:
     """The console over ``engine``'s outbox, with the credentials and masked fields of
     ``settings``; refuses to build without a token (never an open console). ``database`` and
-    ``databases`` name it among consoles mounted side by side (:func:`several`)."""
+    ``databases`` name it among consoles mounted side by side (:func:`several`);
+    ``signin_code`` is a one-time operator sign-in code (``GET /signin?code=``)."""
     if not settings.console_token and not settings.console_readonly_token:
         raise ConfigError(
             "RELAY_CONSOLE_TOKEN: the console needs RELAY_CONSOLE_TOKEN or "
@@ -79,7 +111,7 @@ def app(
         )
     console = Console(
         OperationsStore(engine),
-        Guard(settings.console_token, settings.console_readonly_token),
+        Guard(settings.console_token, settings.console_readonly_token, signin_code),
         settings.console_redact_fields,
         database=database,
         databases=databases,
@@ -93,7 +125,9 @@ def app(
     return _Console(Starlette(routes=routes))
 
 
-def several(consoles: Mapping[str, tuple[Engine, Settings]]) -> ASGIApp:
+def several(
+    consoles: Mapping[str, tuple[Engine, Settings]], *, signin_code: str | None = None
+) -> ASGIApp:
     """One console per outbox database (``RELAY_DATABASES``), each mounted at ``/<name>/`` with
     its own API (``/<name>/api/status``, ...) and a switcher between them in the header; ``/``
     leads to the first. Each signs in on its own path, with the same tokens."""
@@ -101,7 +135,10 @@ def several(consoles: Mapping[str, tuple[Engine, Settings]]) -> ASGIApp:
         raise ConfigError("RELAY_DATABASES: the console needs at least one database")
     names = tuple(consoles)
     mounts: list[BaseRoute] = [
-        Mount(f"/{name}", app(engine, s, database=name, databases=names))
+        Mount(
+            f"/{name}",
+            app(engine, s, database=name, databases=names, signin_code=signin_code),
+        )
         for name, (engine, s) in consoles.items()
     ]
 

@@ -2,7 +2,11 @@
 
 Two roles: ``operator`` (view and act) and ``viewer`` (view only), each granted by its own token
 (``RELAY_CONSOLE_TOKEN``, ``RELAY_CONSOLE_READONLY_TOKEN``). Every comparison of a secret is
-constant-time. A session is stateless: its cookie holds the role, the name given at sign-in, an
+constant-time and on bytes (a value that is not ASCII is simply wrong, never an error). A token
+is given in a header or a POSTed form, never in a URL (proxies and browsers keep URLs); the
+link ``relay console`` prints carries a one-time sign-in code instead, void once used.
+
+A session is stateless: its cookie holds the role, the name given at sign-in, an
 expiry and a nonce, signed with a key derived from the role's token, so several server
 processes agree and rotating a token ends its sessions. The CSRF token of a session is derived
 from the same key and the session's nonce.
@@ -45,8 +49,12 @@ class Credential:
 class Guard:
     """Checks tokens, issues and reads session cookies, derives CSRF tokens."""
 
-    def __init__(self, operator_token: str | None, viewer_token: str | None) -> None:
+    def __init__(
+        self, operator_token: str | None, viewer_token: str | None, signin_code: str | None = None
+    ) -> None:
         self._tokens = {OPERATOR: operator_token, VIEWER: viewer_token}
+        #: A one-time operator sign-in code (the printed link's), None once used.
+        self._code = signin_code
         self._keys = {
             role: hmac.new(token.encode(), b"relay-console-session", hashlib.sha256).digest()
             for role, token in self._tokens.items()
@@ -55,13 +63,21 @@ class Guard:
 
     def role_of(self, token: str) -> str | None:
         """The role ``token`` grants, compared in constant time against every token."""
-        given = token.encode()
+        given = _bytes(token)
         found = None
         for role, expected in self._tokens.items():
             # Compare against each configured token whatever the outcome so far.
-            if expected is not None and hmac.compare_digest(given, expected.encode()):
+            if expected is not None and hmac.compare_digest(given, _bytes(expected)):
                 found = role
         return found
+
+    def redeem(self, code: str) -> str | None:
+        """The operator role for the one-time sign-in code, which is void from then on."""
+        expected = self._code
+        if expected is None or not hmac.compare_digest(_bytes(code), _bytes(expected)):
+            return None
+        self._code = None
+        return OPERATOR
 
     def bearer(self, header: str | None, actor: str | None) -> Credential | None:
         """The credential of an ``Authorization: Bearer …`` header, if valid."""
@@ -73,13 +89,13 @@ class Guard:
         role = self.role_of(token.strip())
         if role is None:
             return None
-        return Credential(role, (actor or "api").strip()[:255] or "api", "api")
+        return Credential(role, clean_name(actor or "", "api"), "api")
 
     def issue(self, role: str, name: str, now: float | None = None) -> str:
         """A session cookie value for ``role``, signed."""
         body = {
             "r": role,
-            "n": name[:255],
+            "n": clean_name(name, role),
             "e": int((time.time() if now is None else now) + SESSION_SECONDS),
             "k": secrets.token_urlsafe(16),
         }
@@ -94,11 +110,11 @@ class Guard:
         try:
             body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
             role, name, expiry, nonce = body["r"], str(body["n"]), int(body["e"]), str(body["k"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return None
-        if role not in self._keys:
+        if not isinstance(role, str) or role not in self._keys:
             return None
-        if not hmac.compare_digest(sig, self._sign(role, payload.encode())):
+        if not hmac.compare_digest(_bytes(sig), _bytes(self._sign(role, payload.encode()))):
             return None
         if expiry < (time.time() if now is None else now):
             return None
@@ -110,7 +126,22 @@ class Guard:
 
 def csrf_ok(cred: Credential, token: str | None) -> bool:
     """Whether a form's (or header's) CSRF token is this session's."""
-    return cred.csrf is not None and token is not None and hmac.compare_digest(cred.csrf, token)
+    if cred.csrf is None or token is None:
+        return False
+    return hmac.compare_digest(_bytes(cred.csrf), _bytes(token))
+
+
+def clean_name(text: str, default: str) -> str:
+    """A name given at sign-in or in ``X-Relay-Actor``, as the audit records it: printable
+    characters only (no lone surrogate), at most 255, ``default`` when nothing is left."""
+    kept = "".join(c for c in text if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF)
+    return kept.strip()[:255] or default
+
+
+def _bytes(text: str) -> bytes:
+    """``text`` as bytes for a constant-time comparison; any string encodes (lone surrogates
+    from a form included), so a strange value is a mismatch, never an error."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 def new_token() -> str:
@@ -118,4 +149,13 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-__all__ = ["COOKIE", "OPERATOR", "VIEWER", "Credential", "Guard", "csrf_ok", "new_token"]
+__all__ = [
+    "COOKIE",
+    "OPERATOR",
+    "VIEWER",
+    "Credential",
+    "Guard",
+    "clean_name",
+    "csrf_ok",
+    "new_token",
+]

@@ -22,6 +22,7 @@ from relay.console.views import (
     ACTIONS,
     BadRequest,
     act,
+    bounded_id,
     jsonable,
     read_filter,
     read_page,
@@ -111,18 +112,26 @@ def routes(c: Console) -> list[Route]:
 
     async def signin(request: Request) -> Response:
         nxt = request.query_params.get("next", "")
-        token = request.query_params.get("token")
         name = ""
         if request.method == "POST":
             origin = request.headers.get("origin")
-            if origin and urlsplit(origin).netloc != request.headers.get("host"):
+            if origin and _netloc(origin) != request.headers.get("host"):
                 # A sign-in posted from another site (login CSRF) is refused.
                 return render(request, "signin.html", None, 403, next="", failed=True)
             form = await request.form()
             token, name, nxt = _str(form, "token"), _str(form, "name"), _str(form, "next")
-        if token is None:
+            role = c.guard.role_of(token)
+        elif "code" in request.query_params:
+            role = c.guard.redeem(request.query_params["code"])
+            if role is None:
+                message = "This sign-in link was used already or is not valid: use the token."
+                return render(request, "signin.html", None, 401, next=nxt, message=message)
+        elif "token" in request.query_params:
+            # A long-lived token in a URL stays in proxies' logs and the browser's history.
+            message = "A token is not accepted in a URL: paste it in the form."
+            return render(request, "signin.html", None, 400, next=nxt, message=message)
+        else:
             return render(request, "signin.html", None, next=nxt, failed=False)
-        role = c.guard.role_of(token)
         if role is None:
             return render(request, "signin.html", None, 401, next=nxt, failed=True)
         home = str(request.url_for("overview").path)
@@ -132,7 +141,7 @@ def routes(c: Console) -> list[Route]:
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             COOKIE,
-            c.guard.issue(role, (name or "").strip() or role),
+            c.guard.issue(role, name or ""),
             max_age=SESSION_SECONDS,
             path=home,
             httponly=True,
@@ -188,7 +197,7 @@ def routes(c: Console) -> list[Route]:
         )
 
     async def event(request: Request, cred: Credential) -> Response:
-        row_id = int(request.path_params["row_id"])
+        row_id = bounded_id(request.path_params["row_id"], "the row id")
         row = await run_in_threadpool(c.store.event, row_id)
         if row is None:
             return render(request, "error.html", cred, 404, message=f"No event {row_id}.")
@@ -273,6 +282,13 @@ def routes(c: Console) -> list[Route]:
         Route("/actions/preview", page(preview, acting=True), methods=["POST"], name="preview"),
         Route("/actions/run", page(run, acting=True), methods=["POST"], name="run"),
     ]
+
+
+def _netloc(url: str) -> str | None:
+    try:
+        return urlsplit(url).netloc
+    except ValueError:  # "http://[::1" and the like: not this host
+        return None
 
 
 def _str(form: FormData, name: str) -> str:

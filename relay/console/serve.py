@@ -16,17 +16,18 @@ from relay.store.engine import create_engine
 
 
 class _HideTokens(logging.Filter):
-    """Masks ``token=…`` in uvicorn's access log: the sign-in link carries one."""
+    """Masks ``token=…`` and ``code=…`` in uvicorn's access log: a sign-in link's code, and a
+    token someone put in a URL (refused, but logged by the server all the same)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
             record.args = tuple(
-                _TOKEN.sub("token=***", a) if isinstance(a, str) else a for a in record.args
+                _TOKEN.sub(r"\1=***", a) if isinstance(a, str) else a for a in record.args
             )
         return True
 
 
-_TOKEN = re.compile(r"token=[^&\s]*")
+_TOKEN = re.compile(r"\b(token|code)=[^&\s]*")
 
 
 def serve(settings: Settings, host: str, port: int) -> int:
@@ -42,10 +43,11 @@ def serve(settings: Settings, host: str, port: int) -> int:
     # Several databases: a console each at /<name>/; the link signs in to the first.
     first = f"{databases[0][0]}/" if several(settings) else ""
     base = f"http://{shown}:{port}/{first}"
-    if made_up:
+    code = new_token() if made_up else None
+    if code:
         print(
-            "relay console: no RELAY_CONSOLE_TOKEN set; this run's operator token signs you in:\n"
-            f"    {base}signin?token={quote(str(settings.console_token))}",
+            "relay console: no RELAY_CONSOLE_TOKEN set; this one-time link signs you in:\n"
+            f"    {base}signin?code={quote(code)}",
             flush=True,
         )
     else:
@@ -53,7 +55,11 @@ def serve(settings: Settings, host: str, port: int) -> int:
     logging.getLogger("uvicorn.access").addFilter(_HideTokens())
     engines = {name: (create_engine(s.database_url), s) for name, s in databases}
     try:
-        served = console.several(engines) if several(settings) else console.app(*engines[""])
+        served = (
+            console.several(engines, signin_code=code)
+            if several(settings)
+            else console.app(*engines[""], signin_code=code)
+        )
         uvicorn.run(served, host=host, port=port, log_level="info")
     finally:
         for engine, _ in engines.values():

@@ -21,6 +21,10 @@ MASK = "***"
 #: Most rows one page or API call returns.
 MAX_LIMIT = 1000
 ACTIONS = ("retry", "purge", "replay")
+#: The largest id (a signed 64-bit key on every database).
+MAX_ID = 2**63 - 1
+#: Most ids one request may name, and the longest text a filter field may hold.
+MAX_IDS, MAX_TEXT = 1000, 1000
 
 
 class BadRequest(ValueError):
@@ -33,7 +37,34 @@ def _text(values: Mapping[str, Any], name: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise BadRequest(f"{name} must be a string")
+    if len(value) > MAX_TEXT:
+        raise BadRequest(f"{name} is longer than {MAX_TEXT} characters")
+    if not _storable(value):
+        raise BadRequest(f"{name} holds a control character or is not valid UTF-8")
     return value.strip() or None
+
+
+def _storable(text: str) -> bool:
+    """Whether every database takes ``text`` as a parameter: valid UTF-8 (no lone surrogate,
+    which a JSON body may carry) and no control character (PostgreSQL refuses NUL)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return all(c.isprintable() or c in "\t" for c in text)
+
+
+def bounded_id(raw: Any, name: str) -> int:
+    """``raw`` as an id: an integer 0..2**63-1 (a larger one no database could hold)."""
+    if isinstance(raw, bool):
+        raise BadRequest(f"{name} must be an integer")
+    try:
+        value = int(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise BadRequest(f"{name} must be an integer") from None
+    if not 0 <= value <= MAX_ID:
+        raise BadRequest(f"{name} must be 0..{MAX_ID}")
+    return value
 
 
 def _statuses(raw: Any) -> tuple[Status, ...]:
@@ -65,13 +96,15 @@ def _when(values: Mapping[str, Any], name: str) -> Any:
 def _ids(raw: Any) -> tuple[int, ...]:
     if raw is None or raw == "":
         return ()
-    items = raw.split(",") if isinstance(raw, str) else raw
+    items = raw.split(",", MAX_IDS) if isinstance(raw, str) else raw
     if not isinstance(items, list):
         raise BadRequest("ids must be a list of integers")
-    try:
-        return tuple(int(i) for i in items if not isinstance(i, bool))
-    except (TypeError, ValueError):
-        raise BadRequest("ids must be a list of integers") from None
+    if len(items) > MAX_IDS:
+        raise BadRequest(f"ids may name at most {MAX_IDS} events")
+    if isinstance(raw, str):
+        # "1, 2," from a form: blanks between commas are no id.
+        items = [i for i in items if i.strip()]
+    return tuple(bounded_id(i, "ids") for i in items)
 
 
 def read_filter(values: Mapping[str, Any]) -> EventFilter:
@@ -92,14 +125,17 @@ def read_filter(values: Mapping[str, Any]) -> EventFilter:
 
 def read_page(values: Mapping[str, Any], default: int = 50) -> tuple[int, int | None]:
     """``limit`` (1..1000) and ``after`` (an id) of a keyset page."""
+    raw = values.get("limit") or default
+    if isinstance(raw, str) and len(raw) > 20:
+        raise BadRequest(f"limit must be 1..{MAX_LIMIT}")
     try:
-        limit = int(values.get("limit") or default)
-        after_raw = values.get("after")
-        after = int(after_raw) if after_raw not in (None, "") else None
-    except (TypeError, ValueError):
-        raise BadRequest("limit and after must be integers") from None
+        limit = int(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise BadRequest("limit must be an integer") from None
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest(f"limit must be 1..{MAX_LIMIT}")
+    after_raw = values.get("after")
+    after = bounded_id(after_raw, "after") if after_raw not in (None, "") else None
     return limit, after
 
 
@@ -187,4 +223,13 @@ def jsonable(row: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MASK", "BadRequest", "act", "jsonable", "masked", "read_filter", "read_page"]
+__all__ = [
+    "MASK",
+    "BadRequest",
+    "act",
+    "bounded_id",
+    "jsonable",
+    "masked",
+    "read_filter",
+    "read_page",
+]

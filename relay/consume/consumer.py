@@ -39,6 +39,8 @@ from relay.consume import inbox
 from relay.consume.deadletters import DeadLetters, dead_queue_name
 from relay.observe import tracing
 from relay.policy import backoff_seconds
+from relay.publishers import transports
+from relay.publishers.signatures import Keyring
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,9 @@ class QueueHandlers:
     #: queue order, so a key's events are handled in the order the relay published them.
     single_active_consumer: bool = False
     routes: list[tuple[str, Handler]] = field(default_factory=list)
+    #: Verifies every message's signature (``RELAY_SIGNING_KEYS``): one without a valid one is
+    #: dead-lettered unhandled. None: signatures are not checked.
+    keyring: Keyring | None = None
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
 
@@ -138,6 +143,20 @@ class QueueHandlers:
             dead.publish(message, f"undecodable: {exc}", self.consumer, attempts=0)
             message.ack()
             return "dead"
+        if self.keyring is not None:
+            # The event_type header, as published: a re-driven dead letter arrives with the
+            # queue's name as its routing key.
+            try:
+                refused = self.keyring.verify(
+                    event.id, event.event_type, event.headers, message.body
+                )
+            except Exception as exc:  # a body or header no signature could cover
+                refused = f"unverifiable: {type(exc).__name__}: {exc}"
+            if refused is not None:
+                log.warning("%s: event %s refused: %s", self.queue, event.id, refused)
+                dead.publish(message, f"signature: {refused}", self.consumer, attempts=0)
+                message.ack()
+                return "dead"
         handlers = [h for p, h in self.routes if topic_matches(p, event.event_type)]
         if not handlers:
             log.warning("no handler of %s matches %r; acknowledged", self.queue, event.event_type)
@@ -237,7 +256,9 @@ class EventConsumer:
         return self.counts
 
     def _consume(self, stop: threading.Event, poll_seconds: float) -> None:
-        with kombu.Connection(self.url, transport_options=self.transport_options) as conn:
+        with transports.kombu_connection(
+            self.url, transport_options=self.transport_options
+        ) as conn:
             channel, dead_channel = conn.channel(), conn.channel()
             queue = self.handlers.declare(channel, self.exchange)
             dead = DeadLetters(dead_channel, self.handlers.queue)

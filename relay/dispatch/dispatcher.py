@@ -54,6 +54,7 @@ class Dispatcher(Cycle):
                 s.exchange,
                 confirm_timeout=s.confirm_timeout_seconds,
                 on_blocked=None if observer is None else observer.broker_blocked,
+                signing_keys=s.signing_keys,
             )
         return cls(store, publisher, s, **kwargs)
 

@@ -212,6 +212,7 @@ def replay_selected(
             to_queue,
             report.replay_id,
             confirm_timeout=settings.confirm_timeout_seconds,
+            signing_keys=settings.signing_keys,
         )
         try:
             _run(ops, f, extent, publisher, report, source, rate, stop, on_window)

@@ -263,6 +263,7 @@ class Tenants:
             self.settings.events_connection_url,
             self.settings.exchange,
             confirm_timeout=self.settings.confirm_timeout_seconds,
+            signing_keys=self.settings.signing_keys,
         )
         try:
             while True:

@@ -37,10 +37,12 @@ def for_url(
     *,
     confirm_timeout: float = 10.0,
     on_blocked: Callable[[str | None], None] | None = None,
+    signing_keys: str | None = None,
 ) -> Publisher:
     """The publisher for a Kombu URL: AMQP with confirms, or a virtual transport's.
     ``on_blocked`` is told when an AMQP broker blocks publishing (the reason) and unblocks
-    it (None): a gauge.
+    it (None): a gauge. ``signing_keys`` (``RELAY_SIGNING_KEYS``) signs every event
+    (:mod:`relay.publishers.signatures`).
 
     Registers the relay's transports first (:func:`relay.publishers.transports.register`), so
     ``filesystem://`` is the relay's atomic variant. Connects lazily, on the first publish.
@@ -48,15 +50,23 @@ def for_url(
     import kombu
 
     from relay.publishers import transports
+    from relay.publishers.kombu_connection import KombuPublisher
+    from relay.publishers.signatures import Keyring
 
     transports.register()
-    if kombu.Connection(url).transport_cls in AMQP_TRANSPORTS:
+    publisher: KombuPublisher
+    if kombu.Connection(transports.broker_tls(url)[0]).transport_cls in AMQP_TRANSPORTS:
         from relay.publishers.amqp import AmqpPublisher
 
-        return AmqpPublisher(url, exchange, confirm_timeout=confirm_timeout, on_blocked=on_blocked)
-    from relay.publishers.virtual import VirtualPublisher
+        publisher = AmqpPublisher(
+            url, exchange, confirm_timeout=confirm_timeout, on_blocked=on_blocked
+        )
+    else:
+        from relay.publishers.virtual import VirtualPublisher
 
-    return VirtualPublisher(url, exchange, confirm_timeout=confirm_timeout)
+        publisher = VirtualPublisher(url, exchange, confirm_timeout=confirm_timeout)
+    publisher.keyring = Keyring.from_text(signing_keys)
+    return publisher
 
 
 __all__ = ["AMQP_TRANSPORTS", "PublishResult", "Publisher", "for_url"]

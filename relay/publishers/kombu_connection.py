@@ -20,6 +20,7 @@ import kombu.exceptions
 from relay.config.urls import redact
 from relay.exceptions import BrokerBlocked, BrokerUnavailable, ConfigError, PublishError
 from relay.publishers import message, transports
+from relay.publishers.signatures import Keyring
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ class KombuPublisher:
     Subclasses set the channel up (:meth:`_setup`) and publish one batch on it
     (:meth:`_publish_batch`); this class connects, reconnects and maps errors.
     """
+
+    #: Signs every event published (``RELAY_SIGNING_KEYS``); None: unsigned.
+    keyring: Keyring | None = None
 
     def __init__(self, url: str, exchange: str, *, confirm_timeout: float = 10.0) -> None:
         self.url = url
@@ -55,7 +59,7 @@ class KombuPublisher:
     def _prepare(self, event: ClaimedEvent) -> message.OutgoingMessage:
         """The message for ``event`` (:func:`relay.publishers.message.prepare`); a replay
         publisher routes it elsewhere (:mod:`relay.publishers.queue_replay`)."""
-        return message.prepare(event)
+        return message.prepare(event, self.keyring)
 
     def _connection_options(self) -> dict[str, Any]:
         """``kombu.Connection`` keywords besides the URL: the deadlines of its calls."""
@@ -66,12 +70,11 @@ class KombuPublisher:
         options = self._connection_options()
         own = options.pop("transport_options", {})
         nodes = failover_order(self.url, self._node)
-        conn = kombu.Connection(
-            ";".join(nodes),
-            transport_options={**transports.transport_options(self.url), **own},
-            **options,
-        )
         failed: list[BaseException] = []
+        if len(nodes) > 1 and transports.broker_tls(self.url)[1].encrypted:
+            conn = self._connect_each(nodes, own, options, failed)
+        else:
+            conn = transports.kombu_connection(";".join(nodes), transport_options=own, **options)
         try:
             # A failover URL (``amqp://a;amqp://b``): Kombu tries each node once, in turn,
             # moving on after each failure without a pause; a single URL is retried once.
@@ -90,6 +93,23 @@ class KombuPublisher:
             # The next connection starts at this node, not at a dead first one.
             self._node = (self._node + len(failed)) % len(nodes)
             log.info("connected to broker node %s", redact(nodes[len(failed) % len(nodes)]))
+
+    @staticmethod
+    def _connect_each(
+        nodes: list[str], own: dict[str, Any], options: dict[str, Any], failed: list[BaseException]
+    ) -> kombu.Connection:
+        """A connection to the first of ``nodes`` that accepts one, each with its own TLS:
+        Kombu's failover would verify every node against the first node's host name."""
+        for node in nodes[:-1]:
+            conn = transports.kombu_connection(node, transport_options=own, **options)
+            try:
+                conn.ensure_connection(max_retries=0)
+            except Exception as exc:  # this node is down or refused: the next one
+                failed.append(exc)
+                close_quietly(conn)
+                continue
+            return conn
+        return transports.kombu_connection(nodes[-1], transport_options=own, **options)
 
     def connect(self) -> None:
         """Open the connection now instead of at the first publish (a failure raises
@@ -136,7 +156,7 @@ class KombuPublisher:
 
     def _translated(self) -> contextlib.AbstractContextManager[None]:
         """Kombu's and the client's connection and channel errors -> BrokerUnavailable."""
-        return translated(self._conn or kombu.Connection(self.url))
+        return translated(self._conn or transports.kombu_connection(self.url))
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
@@ -229,7 +249,7 @@ def connection(url: str, *, timeout: int) -> Iterator[kombu.Connection]:
     ConfigError when ``url`` names no transport Kombu has."""
     try:
         # The constructor resolves the scheme's transport class.
-        conn = kombu.Connection(url, transport_options=transports.transport_options(url))
+        conn = transports.kombu_connection(url)
     except (KeyError, ImportError) as exc:  # a scheme Kombu has no transport for
         raise ConfigError(f"{redact(url)!r} names no usable transport: {describe(exc)}") from exc
     try:

@@ -18,6 +18,8 @@ from typing import Any
 
 from relay import records
 from relay.exceptions import EventUnsendable
+from relay.publishers import signatures
+from relay.publishers.signatures import Keyring
 from relay.records import ClaimedEvent
 
 CONTENT_TYPE = "application/json"
@@ -37,7 +39,16 @@ REPLAY_HEADER = "x-relay-replay"
 #: Header names the relay sets; enqueue() refuses them in the caller's headers.
 RESERVED_HEADERS = frozenset(
     {"outbox_id", "event_type", "attempt", "created_at", "ordering_key", "ordering_seq"}
-) | {"x-relay-task", REPLAY_HEADER, CE_ID, CE_SOURCE, CE_TYPE, CE_TIME, CE_SPECVERSION}
+) | {
+    "x-relay-task",
+    REPLAY_HEADER,
+    CE_ID,
+    CE_SOURCE,
+    CE_TYPE,
+    CE_TIME,
+    CE_SPECVERSION,
+    signatures.HEADER,
+}
 #: The row header that makes a row a Celery task (``relay.celery.send_task``): where to publish
 #: it and the protocol-2 headers and properties, resolved at enqueue. Never sent as a header.
 TASK_HEADER = records.TASK_HEADER
@@ -143,12 +154,19 @@ def build(event: ClaimedEvent) -> OutgoingMessage:
     )
 
 
-def prepare(event: ClaimedEvent) -> OutgoingMessage:
+def prepare(event: ClaimedEvent, keyring: Keyring | None = None) -> OutgoingMessage:
     """:func:`build`, where whatever the row holds that makes building fail is the row's fault:
     :class:`~relay.exceptions.EventUnsendable` naming it, never another exception (a payload
-    with a number JSON has no text for, a value nested too deep to encode, ...)."""
+    with a number JSON has no text for, a value nested too deep to encode, ...). With a
+    ``keyring`` an event (not a Celery task) carries its signature
+    (:mod:`relay.publishers.signatures`)."""
     try:
-        return build(event)
+        msg = build(event)
+        if keyring is not None and not (event.headers and TASK_HEADER in event.headers):
+            msg.headers[signatures.HEADER] = keyring.sign(
+                msg.message_id, msg.routing_key, msg.headers, msg.body
+            )
+        return msg
     except RecursionError as exc:
         raise EventUnsendable("payload or headers nested too deep to encode") from exc
     except Exception as exc:

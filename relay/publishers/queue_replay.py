@@ -21,6 +21,7 @@ from relay.exceptions import ReplayRefused
 from relay.publishers import AMQP_TRANSPORTS, Publisher, message
 from relay.publishers.amqp import AmqpPublisher
 from relay.publishers.kombu_connection import connection, translated
+from relay.publishers.signatures import Keyring
 from relay.publishers.virtual import VirtualPublisher
 from relay.records import ClaimedEvent
 
@@ -30,9 +31,10 @@ class _ToQueue:
 
     queue: str
     replay_id: str
+    keyring: Keyring | None
 
     def _prepare(self, event: ClaimedEvent) -> message.OutgoingMessage:
-        return message.to_queue(message.prepare(event), self.queue, self.replay_id)
+        return message.to_queue(message.prepare(event, self.keyring), self.queue, self.replay_id)
 
 
 class AmqpReplayPublisher(_ToQueue, AmqpPublisher):
@@ -53,9 +55,16 @@ class VirtualReplayPublisher(_ToQueue, VirtualPublisher):
 
 
 def for_queue(
-    url: str, exchange: str, queue: str, replay_id: str, *, confirm_timeout: float = 10.0
+    url: str,
+    exchange: str,
+    queue: str,
+    replay_id: str,
+    *,
+    confirm_timeout: float = 10.0,
+    signing_keys: str | None = None,
 ) -> Publisher:
-    """The publisher of replay ``replay_id`` to ``queue`` over ``url``'s transport."""
+    """The publisher of replay ``replay_id`` to ``queue`` over ``url``'s transport, signing
+    as the relay does when ``signing_keys`` are given."""
     import kombu
 
     from relay.publishers import transports
@@ -63,10 +72,12 @@ def for_queue(
     transports.register()
     kind = (
         AmqpReplayPublisher
-        if kombu.Connection(url).transport_cls in AMQP_TRANSPORTS
+        if kombu.Connection(transports.broker_tls(url)[0]).transport_cls in AMQP_TRANSPORTS
         else VirtualReplayPublisher
     )
-    return kind(url, exchange, queue, replay_id, confirm_timeout=confirm_timeout)
+    publisher = kind(url, exchange, queue, replay_id, confirm_timeout=confirm_timeout)
+    publisher.keyring = Keyring.from_text(signing_keys)
+    return publisher
 
 
 def check_queue(url: str, exchange: str, queue: str, *, timeout: float = 10.0) -> None:

@@ -20,6 +20,7 @@ is built: by ``relay.publishers.for_url`` and by :func:`transport_options` for a
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from contextlib import suppress
@@ -29,11 +30,17 @@ from time import monotonic
 from typing import Any
 from urllib.parse import urlsplit
 
+import kombu
 import kombu.transport
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
+
+from relay.config import tls
+from relay.config.urls import redact
+
+log = logging.getLogger(__name__)
 
 #: Where ``filesystem://`` keeps its folders when the URL names none: the working directory.
 EMBEDDED_DIR = "relay-broker"
@@ -143,3 +150,42 @@ def transport_options(url: str) -> dict[str, Any]:
         # The transport polls its folders; Kombu's 1 s default would add a second of latency.
         "polling_interval": 0.1,
     }
+
+
+#: Nodes whose unverified TLS was already logged by this process (once each, not per reconnect).
+_WARNED: set[str] = set()
+
+
+def broker_tls(url: str) -> tuple[str, tls.BrokerTls]:
+    """``url`` without its TLS options (every node of a failover list) and the first node's
+    TLS, logging a WARNING once per node whose TLS an option leaves unverified."""
+    stripped: list[str] = []
+    first: tls.BrokerTls | None = None
+    for node in tls.nodes(url):
+        bare, node_tls = tls.parse(node)
+        stripped.append(bare)
+        first = first or node_tls
+        if node_tls.encrypted and not node_tls.verified and bare not in _WARNED:
+            _WARNED.add(bare)
+            log.warning(
+                "TLS to %s is %s: a machine on the path can impersonate the broker and read "
+                "or alter every message",
+                redact(bare),
+                node_tls.describe(),
+            )
+    assert first is not None  # nodes() returns at least one
+    return ";".join(stripped), first
+
+
+def kombu_connection(url: str, **kwargs: Any) -> kombu.Connection:
+    """A ``kombu.Connection`` to ``url`` (not yet connected) with the relay's transport
+    options and verified TLS (:mod:`relay.config.tls`); ``kwargs`` go to Kombu, their
+    ``transport_options`` over the relay's."""
+    bare, node_tls = broker_tls(url)
+    own = kwargs.pop("transport_options", None) or {}
+    return kombu.Connection(
+        bare,
+        ssl=node_tls.kombu_ssl(),
+        transport_options={**transport_options(url), **own},
+        **kwargs,
+    )

@@ -18,16 +18,25 @@ from relay.exceptions import SelectorError
 from relay.records import Status
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest duration (and the range of times) a selector accepts: a century either way
+#: of the Unix epoch's range is all an outbox can hold; beyond, datetime arithmetic overflows.
+MAX_DURATION_SECONDS = 100 * 366 * 86400
+MIN_YEAR, MAX_YEAR = 1970, 9998
 
 
 # The parsers raise argparse's error so the CLI can use them as argument types as they are;
 # the console catches the same error for its query parameters.
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    match = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{1,9})?)\s*([smhdw]?)\s*", text, re.ASCII)
     if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
-    return float(match[1]) * _UNITS[match[2] or "s"]
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a duration like 90s, 15m, 12h or 7d"
+        )
+    seconds = float(match[1]) * _UNITS[match[2] or "s"]
+    if seconds > MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is longer than a century")
+    return seconds
 
 
 def parse_when(text: str) -> datetime | timedelta:
@@ -40,8 +49,10 @@ def parse_when(text: str) -> datetime | timedelta:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a time (2026-12-01T08:00) nor a duration ago (2h)"
+            f"{text[:40]!r} is neither a time (2026-12-01T08:00) nor a duration ago (2h)"
         ) from None
+    if not MIN_YEAR <= when.year <= MAX_YEAR:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a year {MIN_YEAR}..{MAX_YEAR}")
     return when if when.tzinfo else when.replace(tzinfo=datetime.now().astimezone().tzinfo)
 
 

@@ -218,10 +218,11 @@ def web_counts(engine: sa.Engine) -> dict[str, int]:
 
 @pytest.mark.timeout(60)
 def test_relay_console_without_a_token_prints_a_sign_in_link(pg_url: str) -> None:
-    """With no token set, `relay console` makes one up and prints a link that signs in; the
-    API still answers 401 without it: never an open console."""
+    """With no token set, `relay console` makes one up and prints a one-time link that signs
+    in once (the token itself is in no URL); the API still answers 401 without it: never an
+    open console."""
     with relay_console(pg_url) as (base, printed, proc):
-        match = re.search(r"(http://\S+/signin\?token=(\S+))", printed)
+        match = re.search(r"(http://\S+/signin\?code=(\S+))", printed)
         assert match, printed
         with httpx2.Client(follow_redirects=False) as client:
             assert client.get(f"{base}/api/status").status_code == 401
@@ -229,8 +230,10 @@ def test_relay_console_without_a_token_prints_a_sign_in_link(pg_url: str) -> Non
             r = client.get(match[1])
             assert r.status_code == 303
             assert client.get(f"{base}/").status_code == 200
+            client.cookies.clear()
+            assert client.get(match[1]).status_code == 401  # one time only
         proc.terminate()
         assert proc.stdout is not None
         logged = proc.stdout.read()
-    assert "GET /signin?token=*** " in logged  # the access log hides the token
+    assert "GET /signin?code=*** " in logged  # the access log hides the code
     assert match[2] not in logged

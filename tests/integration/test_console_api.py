@@ -211,13 +211,31 @@ def test_session_cookie_and_csrf(engine: sa.Engine) -> None:
         assert c.get("/").status_code == 303
 
 
-def test_jupyter_style_sign_in_link(engine: sa.Engine) -> None:
-    """GET /signin?token=… signs in and lands on the overview, as the printed link does."""
+def test_a_token_in_a_url_does_not_sign_in(engine: sa.Engine) -> None:
+    """GET /signin?token=… is refused (400, no cookie): a URL lands in proxies' logs and the
+    browser's history; the form (POST) signs in."""
     with web.client(engine) as c:
         r = c.get("/signin", params={"token": OPERATOR_TOKEN})
+        assert r.status_code == 400
+        assert "not accepted in a URL" in r.text
+        assert "relay_console_session" not in r.headers.get("set-cookie", "")
+        assert c.get("/").status_code == 303
+
+
+def test_one_time_sign_in_link(engine: sa.Engine) -> None:
+    """GET /signin?code=… with the console's one-time code signs in once; the same link
+    later, or a wrong code, does not."""
+    code = "one-time-code-0123456789abcdef"
+    app = console.app(engine, web.settings(engine.url.render_as_string(False)), signin_code=code)
+    with TestClient(app, base_url="http://testserver", follow_redirects=False) as c:
+        assert c.get("/signin", params={"code": "wrong" + code}).status_code == 401
+        r = c.get("/signin", params={"code": code})
         assert r.status_code == 303
         assert r.headers["location"] == "/"
         assert c.get("/").status_code == 200
+        c.cookies.clear()
+        assert c.get("/signin", params={"code": code}).status_code == 401
+        assert c.get("/").status_code == 303
 
 
 def test_redacted_fields_are_masked_everywhere(engine: sa.Engine) -> None:
@@ -364,7 +382,9 @@ def test_several_databases_get_a_console_each_side_by_side(
                     listed = c.get(f"/{name}/api/events", headers=bearer()).json()["events"]
                     assert {e["status"] for e in listed} == {status}
                     assert len(listed) == count
-                signed_in = c.get(f"/billing/signin?token={OPERATOR_TOKEN}")
+                signed_in = c.post(
+                    "/billing/signin", data={"token": OPERATOR_TOKEN, "next": "/billing/"}
+                )
                 assert signed_in.status_code == 303
                 page = c.get("/billing/events")
                 assert page.status_code == 200

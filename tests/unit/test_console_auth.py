@@ -109,3 +109,26 @@ def test_console_settings() -> None:
         "password",
         "card_number",
     }
+
+
+@pytest.mark.parametrize("given", ["é" * 64, "\ud800", "", "x" * 10_000, "\x00"])
+def test_strange_credentials_are_refused_not_errors(given: str) -> None:
+    """A token, CSRF value, cookie signature or sign-in code that is not ASCII (or not even
+    encodable) is compared as bytes and refused, never an exception (a 500)."""
+    guard = Guard(OP, RO, signin_code="c" * 32)
+    assert guard.role_of(given) is None
+    assert guard.redeem(given) is None
+    assert guard.session(f"payload.{given}") is None
+    cred = guard.session(guard.issue(OPERATOR, "ada"))
+    assert cred is not None
+    assert not csrf_ok(cred, given)
+    assert guard.redeem("c" * 32) == OPERATOR
+    assert guard.redeem("c" * 32) is None
+
+
+def test_names_are_cleaned_for_the_audit() -> None:
+    from relay.console.auth import clean_name
+
+    assert clean_name("  ada\x00\ud800\n ", "api") == "ada"
+    assert clean_name("\x07", "api") == "api"
+    assert len(clean_name("n" * 1000, "api")) == 255

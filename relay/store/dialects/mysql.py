@@ -30,6 +30,7 @@ from sqlalchemy import (
     Float,
     Row,
     Select,
+    TextClause,
     Update,
     bindparam,
     cast,
@@ -37,6 +38,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    text,
     type_coerce,
     update,
 )
@@ -200,6 +202,10 @@ class MySQLDialect(Dialect):
 
 class MySQLOperations(Operations):
     """The operator's statements on MySQL and MariaDB: the retention purge's derived table."""
+
+    def connection_tls(self) -> TextClause:
+        """This session's TLS version, empty when it is not encrypted (``relay doctor``)."""
+        return text("SHOW SESSION STATUS LIKE 'Ssl_version'")
 
     def purge_sent(self, older_than_seconds: float, limit: int) -> Delete:
         """Delete up to ``limit`` sent rows older than the retention, oldest first (a range of

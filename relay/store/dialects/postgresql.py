@@ -262,6 +262,10 @@ class PostgresDialect(ReturningDialect):
 class PostgresOperations(Operations):
     """The operator's statements on PostgreSQL: its advisory lock, the doctor's settings."""
 
+    def connection_tls(self) -> TextClause:
+        """Whether this session is encrypted, and with which TLS version (``relay doctor``)."""
+        return sa.text("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+
     def idle_in_transaction_timeout(self) -> TextClause:
         """``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off)."""
         return sa.text("SHOW idle_in_transaction_session_timeout")

@@ -66,6 +66,9 @@ WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT (UTC_TIMESTAMP(6)) AS utc_now_1;
 
+-- connection_tls: This session's TLS version, empty when it is not encrypted (``relay doctor``).
+SHOW SESSION STATUS LIKE 'Ssl_version';
+
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
 FROM outbox

@@ -93,6 +93,9 @@ WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(fi
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT now() AS now_1;
 
+-- connection_tls: Whether this session is encrypted, and with which TLS version (``relay doctor``).
+SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid();
+
 -- count_by_status: Rows per unsent status, and every row as ``total`` (sent = total - the rest): the
 SELECT outbox.status, count(*) AS count_1
 FROM outbox
