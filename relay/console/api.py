@@ -9,7 +9,7 @@ may call the API too, with its CSRF token in ``X-CSRF-Token`` for a POST.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
@@ -34,6 +34,7 @@ from relay.exceptions import (
     SelectorError,
     StoreError,
 )
+from relay.store.filters import EventFilter
 from relay.store.operations import Actor
 
 if TYPE_CHECKING:
@@ -45,6 +46,14 @@ Handler = Callable[[Request, Credential], Awaitable[Response]]
 def _error(status: int, message: str) -> JSONResponse:
     headers = {"WWW-Authenticate": 'Bearer realm="relay"'} if status == 401 else None
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _selection(body: Mapping[str, Any], cred: Credential) -> tuple[bool, EventFilter, Actor]:
+    """An action's body read: whether it is a dry run, the rows it selects, who asks."""
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise BadRequest("dry_run must be true or false")
+    return dry_run, read_filter(body), Actor(cred.name, cred.role, cred.via)
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -106,11 +115,7 @@ def routes(c: Console) -> list[Route]:
     def action(verb: str) -> Handler:
         async def run(request: Request, cred: Credential) -> Response:
             body = await _body(request)
-            dry_run = body.get("dry_run", False)
-            if not isinstance(dry_run, bool):
-                raise BadRequest("dry_run must be true or false")
-            f = read_filter(body)
-            actor = Actor(cred.name, cred.role, cred.via)
+            dry_run, f, actor = _selection(body, cred)
             done = await run_in_threadpool(
                 lambda: act(c.store, verb, f, dry_run=dry_run, actor=actor)
             )
@@ -120,11 +125,7 @@ def routes(c: Console) -> list[Route]:
 
     async def replay_events(request: Request, cred: Credential) -> Response:
         body = await _body(request)
-        dry_run = body.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise BadRequest("dry_run must be true or false")
-        f = read_filter(body)
-        actor = Actor(cred.name, cred.role, cred.via)
+        dry_run, f, actor = _selection(body, cred)
         report = await run_in_threadpool(
             lambda: replay(c.settings, c.store, f, body, dry_run=dry_run, actor=actor)
         )
