@@ -79,12 +79,15 @@ class CountPlan:
     """Which databases one worker process's tick counts (pure: figures and times passed in).
 
     A database is counted when its written-rows figure is unknown (not PostgreSQL, or its
-    server did not answer), moved since this process last saw it, or was last counted
-    :attr:`net` seconds ago or more. Ticks land on any worker process, each with its own
-    plan: a process that looked longer ago sees more moves, so more counts, never fewer."""
+    server did not answer), moved since this process last saw it, when this process's last
+    count of it found rows (a backlog the tick's tasks have not drained yet: counted every
+    tick until one finds it empty), or when it was last counted :attr:`net` seconds ago or
+    more. Ticks land on any worker process, each with its own plan: a process that looked
+    longer ago sees more moves, so more counts, never fewer."""
 
     net: float = COUNT_NET_SECONDS
     seen: dict[str, int] = field(default_factory=dict)
+    found: dict[str, int] = field(default_factory=dict)
     counted_at: dict[str, float] = field(default_factory=dict)
 
     def choose(self, names: Sequence[str], written: Mapping[str, int], now: float) -> list[str]:
@@ -93,6 +96,7 @@ class CountPlan:
             for n in names
             if n not in written
             or self.seen.get(n) != written[n]
+            or self.found.get(n, 0) > 0
             or now - self.counted_at.get(n, -math.inf) >= self.net
         ]
 
@@ -100,12 +104,14 @@ class CountPlan:
         """Whether this count is ``name``'s net (its heartbeat is written then)."""
         return now - self.counted_at.get(name, -math.inf) >= self.net
 
-    def counted(self, names: Sequence[str], written: Mapping[str, int], now: float) -> None:
-        for n in names:
+    def counted(self, counts: Mapping[str, int], written: Mapping[str, int], now: float) -> None:
+        """What this tick's counts found (by database), beside the figures read before them."""
+        for n, rows in counts.items():
             if self.due_for_net(n, now):
                 self.counted_at[n] = now
             if n in written:
                 self.seen[n] = written[n]
+            self.found[n] = rows
 
 
 class Runtimes:
@@ -245,7 +251,7 @@ def fleet_tick(
         names=names,
         heartbeat=lambda name: runtimes.plan.due_for_net(name, now),
     )
-    runtimes.plan.counted(names, written, now)
+    runtimes.plan.counted(counts, written, now)
     sends = share_fanout(counts, s.batch_size, s.max_fanout, turn=runtimes.turn())
     for name in sends:
         send(name)

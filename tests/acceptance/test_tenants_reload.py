@@ -18,20 +18,9 @@ from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until
 from tests.support.fleet import RELAY_BIN
+from tests.support.rows import insert_at
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _insert(url: str, tag: str) -> None:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text("INSERT INTO outbox (event_type, payload) VALUES ('tenant.reload', :p)"),
-                {"p": f'{{"tag": "{tag}"}}'},
-            )
-    finally:
-        engine.dispose()
 
 
 def _pending(url: str) -> int:
@@ -76,7 +65,7 @@ def test_sighup_adds_and_drops_databases_without_a_restart(
 
         try:
             wait_until(lambda: logged("relay starting over 2 databases"), 60, "the relay")
-            _insert(a, "a1")
+            insert_at(a, payload='{"tag": "a1"}')
             assert tags(1) == ["a1"]
             listing.write_text(f"b={b}\nc={c}\n")
             proc.send_signal(signal.SIGHUP)
@@ -85,11 +74,11 @@ def test_sighup_adds_and_drops_databases_without_a_restart(
                 30,
                 "the reload",
             )
-            _insert(c, "c1")
-            _insert(b, "b1")
+            insert_at(c, payload='{"tag": "c1"}')
+            insert_at(b, payload='{"tag": "b1"}')
             assert tags(2) == ["b1", "c1"]
-            _insert(a, "a2")
-            _insert(b, "b2")
+            insert_at(a, payload='{"tag": "a2"}')
+            insert_at(b, payload='{"tag": "b2"}')
             assert tags(1) == ["b2"]  # a's row waits: no longer this relay's
             assert collector.drain(len(collector.received) + 1, timeout=2)[-1].body["tag"] == "b2"
             assert _pending(a) == 1
@@ -97,7 +86,7 @@ def test_sighup_adds_and_drops_databases_without_a_restart(
             listing.write_text("not a list\n")
             proc.send_signal(signal.SIGHUP)
             wait_until(lambda: logged("relay reload refused, the 2 databases stay"), 30, "refusal")
-            _insert(c, "c2")
+            insert_at(c, payload='{"tag": "c2"}')
             assert tags(1) == ["c2"]
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=30)

@@ -9,30 +9,16 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
 
 from relay.celery.many_databases import Runtimes, fleet_tick
 from relay.config import Settings
 from relay.dispatch.serverwatch import server_watches
-from relay.store.engine import create_engine
 from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until
+from tests.support.rows import insert_at
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _insert(url: str, count: int) -> None:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text("INSERT INTO outbox (event_type, payload) VALUES ('tenant.event', '{}')"),
-                [{}] * count,
-            )
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
@@ -66,7 +52,7 @@ def test_beat_watches_each_postgresql_server_once(
         watches[0].start()
         try:
             wait_until(lambda: woken, 10, "the first look")
-            _insert(pgs[1], 1)
+            insert_at(pgs[1], 1)
             wait_until(lambda: ("b",) in woken, 10, "the wake-up of b")
         finally:
             watches[0].stop()
@@ -77,8 +63,8 @@ def test_the_tick_counts_within_the_budget_and_gives_the_connections_back(
 ) -> None:
     """Six databases, RELAY_MAX_CONNECTIONS=3: the tick's counts are right (the big backlog
     gets most tasks) and afterwards the worker process holds no connection to any of them."""
-    _insert(pgs[0], 500)
-    _insert(pgs[1], 3)
+    insert_at(pgs[0], 500)
+    insert_at(pgs[1], 3)
     spec = ",".join(f"t{i}={u}" for i, u in enumerate(pgs))
     # A 10 s tick gives the counts 5 s: a count that does not answer in time counts as one
     # row, and six cold connections on a loaded machine can take longer than the default's.
@@ -137,7 +123,7 @@ def test_the_tick_counts_only_the_databases_that_moved_until_their_net(pgs: list
             "a tick that counts nothing",
         )
         assert sent == []
-        _insert(pgs[4], 1)
+        insert_at(pgs[4], 1)
         wait_until(
             lambda: (fleet_tick(settings, runtimes, sent.append), "t4" in counted)[1],
             15,

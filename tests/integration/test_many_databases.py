@@ -17,6 +17,7 @@ from relay.config import Settings
 from relay.store.engine import create_engine
 from tests.support import databases
 from tests.support.broker import Collector
+from tests.support.rows import insert_at
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,19 +36,6 @@ def _spec(urls: dict[str, str]) -> str:
     return ",".join(f"{name}={url}" for name, url in urls.items())
 
 
-def _insert(url: str, count: int, event_type: str = "order.created") -> None:
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for _ in range(count):
-                conn.execute(
-                    sa.text("INSERT INTO outbox (event_type, payload) VALUES (:t, '{}')"),
-                    {"t": event_type},
-                )
-    finally:
-        engine.dispose()
-
-
 def _relay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     return subprocess.run(
@@ -64,8 +52,8 @@ def test_dispatch_once_relays_each_database_with_its_own_source(
 ) -> None:
     """`relay dispatch --once` over two databases sends every row of each; every message
     carries its own database's CloudEvents source (RELAY_SOURCE + /name)."""
-    _insert(two["orders"], 5)
-    _insert(two["billing"], 3)
+    insert_at(two["orders"], 5, "order.created")
+    insert_at(two["billing"], 3, "order.created")
     env = {
         "RELAY_DATABASES": _spec(two),
         "RELAY_BROKER_URL": amqp_url,
@@ -83,7 +71,7 @@ def test_dispatch_once_relays_each_database_with_its_own_source(
 def test_commands_act_per_database_and_refuse_ambiguity(two: dict[str, str]) -> None:
     """status --json reports each database; a row command without --source is refused naming
     the choices; with --source it acts on that database only."""
-    _insert(two["billing"], 2)
+    insert_at(two["billing"], 2, "order.created")
     env = {"RELAY_DATABASES": _spec(two)}
     status = _relay(env, "status", "--json")
     assert status.returncode == 0, status.stderr
@@ -125,8 +113,8 @@ def test_the_fleet_tick_shares_the_fanout_by_backlog_and_survives_a_database_dow
     """The tick counts each database's backlog and deals RELAY_MAX_FANOUT tasks: the big
     backlog most, the small one at least one; a database that is down still gets one task
     (its own claim reports the outage) and does not stop the others' share."""
-    _insert(two["orders"], 1000)
-    _insert(two["billing"], 3)
+    insert_at(two["orders"], 1000, "order.created")
+    insert_at(two["billing"], 3, "order.created")
     down = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
     settings = Settings(
         databases=f"{_spec(two)},down={down}",

@@ -21,24 +21,11 @@ from relay.store.serverstats import ServerStats, changed
 from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until
+from tests.support.rows import insert_at
 
 pytestmark = pytest.mark.timeout(120)
 
 DOWN = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
-
-
-def _insert(url: str, count: int) -> None:
-    """``count`` rows in one transaction on a connection that then closes (so its session
-    reports its statistics at once)."""
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text("INSERT INTO outbox (event_type, payload) VALUES ('tenant.event', '{}')"),
-                [{}] * count,
-            )
-    finally:
-        engine.dispose()
 
 
 def _unfinished(url: str) -> int:
@@ -70,7 +57,7 @@ def test_server_stats_see_which_database_inserted(pgs: list[str]) -> None:
     try:
         before = stats.inserted()
         assert set(before) == {_datname(a), _datname(b)}
-        _insert(b, 3)
+        insert_at(b, 3)
         wait_until(lambda: changed(before, stats.inserted()), 10, "the statistics to move")
         assert changed(before, stats.inserted()) == [_datname(b)]
     finally:
@@ -89,7 +76,7 @@ def test_the_server_watch_wakes_the_database_that_took_rows(pgs: list[str]) -> N
         wait_until(lambda: woken, 10, "the first look")
         assert woken[0] == ()
         assert watch.connected
-        _insert(a, 1)
+        insert_at(a, 1)
         wait_until(lambda: ("alpha",) in woken, 10, "the wake-up of alpha")
         assert all(w in ((), ("alpha",)) for w in woken)
     finally:
@@ -108,7 +95,7 @@ def test_once_drains_every_kind_of_database_and_fails_for_the_one_down(
     ):
         urls = {"pg": pg, "maria": maria, "lite": lite}
         for url in urls.values():
-            _insert(url, 50)
+            insert_at(url, 50)
         spec = ",".join(f"{n}={u}" for n, u in {**urls, "down": DOWN}.items())
         settings = Settings(databases=spec, broker_url=amqp_url, exchange=exchange_name)
         collector = Collector(amqp_url, exchange_name)
@@ -130,7 +117,7 @@ def test_the_loop_stays_within_a_small_budget(
     wake-up, two to relay with): the process never holds more than 3 (by its own count and
     by the server's), every row is sent, and once idle only the wake-up's is left."""
     for url in pgs:
-        _insert(url, 300)
+        insert_at(url, 300)
     spec = ",".join(f"t{i}={u}" for i, u in enumerate(pgs))
     settings = Settings(
         databases=spec, broker_url=amqp_url, exchange=exchange_name, max_connections=3

@@ -54,3 +54,23 @@ def make_due(engine: sa.Engine) -> None:
             .where(outbox.c.status == "pending", outbox.c.next_retry_at.is_not(None))
             .values(next_retry_at=clock.now_plus(sa.literal(-1.0, sa.Float)))
         )
+
+
+def insert_at(
+    url: str, count: int = 1, event_type: str = "tenant.event", payload: str = "{}"
+) -> None:
+    """``count`` rows written by plain SQL in one transaction, on a connection of their own
+    that then closes (so its session reports its statistics to the server at once)."""
+    from sqlalchemy.pool import NullPool
+
+    from relay.store.engine import create_engine
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("INSERT INTO outbox (event_type, payload) VALUES (:t, :p)"),
+                [{"t": event_type, "p": payload}] * count,
+            )
+    finally:
+        engine.dispose()

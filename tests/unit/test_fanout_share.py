@@ -56,18 +56,21 @@ def test_bad_arguments_are_refused() -> None:
 
 def test_the_count_plan_counts_what_moved_what_is_unknown_and_each_database_at_its_net() -> None:
     """A tick counts a database whose written-rows figure moved or is unknown (not
-    PostgreSQL, a server that did not answer), and every database once per net."""
+    PostgreSQL, a server that did not answer), one whose last count found rows (until a
+    count finds it empty), and every database once per net."""
     plan = CountPlan(net=10.0)
     names = ["pg1", "pg2", "lite"]
     first = {"pg1": 5, "pg2": 7}
     assert plan.choose(names, first, 0.0) == names  # never counted: all
     assert plan.due_for_net("pg1", 0.0)
-    plan.counted(names, first, 0.0)
+    plan.counted({"pg1": 0, "pg2": 0, "lite": 0}, first, 0.0)
     assert not plan.due_for_net("pg1", 1.0)
     assert plan.choose(names, first, 1.0) == ["lite"]  # nothing moved: the unknown only
     moved = {"pg1": 5, "pg2": 8}
     assert plan.choose(names, moved, 2.0) == ["pg2", "lite"]
-    plan.counted(["pg2", "lite"], moved, 2.0)
-    assert plan.choose(names, moved, 3.0) == ["lite"]
+    plan.counted({"pg2": 300, "lite": 0}, moved, 2.0)  # pg2 has a backlog
+    assert plan.choose(names, moved, 3.0) == ["pg2", "lite"]  # counted until found empty
+    plan.counted({"pg2": 0, "lite": 0}, moved, 3.0)
+    assert plan.choose(names, moved, 4.0) == ["lite"]
     assert plan.choose(names, {"pg2": 8}, 4.0) == ["pg1", "lite"]  # pg1's server silent
     assert plan.choose(names, moved, 10.0) == names  # the net
