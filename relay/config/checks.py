@@ -3,22 +3,22 @@ agreeing with the others, refused with an error that names the variable."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-from relay.config import databases, retention_rules, signing, tls
+from relay.config import database_list, retention_rules, signing, tls
 from relay.config.env import check
 from relay.config.urls import redact
-
-if TYPE_CHECKING:
-    from relay.config.settings import Settings
 
 #: A console token shorter than this is refused: it must not be guessable.
 MIN_TOKEN_LENGTH = 16
 
 
-def validate(self: Settings) -> None:
-    """Refuse a value that is out of range or contradicts another: a ``ValueError`` naming the
-    variable, what it was and what it must be (:func:`relay.config.env.check`)."""
+def validate(self: Any) -> None:
+    """Refuse a value of ``self`` (a :class:`relay.config.Settings` being built) that is out of
+    range or contradicts another: a ``ValueError`` naming the variable, what it was and what it
+    must be (:func:`relay.config.env.check`). ``self`` is typed loosely so that this module
+    imports nothing that imports it (settings.py calls it): every check here is exercised by
+    tests/unit/test_config.py and the configuration page's generator."""
     check(self.batch_size >= 1, "RELAY_BATCH_SIZE", self.batch_size, "must be at least 1")
     check(self.batch_max >= 1, "RELAY_BATCH_MAX", self.batch_max, "must be at least 1")
     check(self.batch_size <= 10_000, "RELAY_BATCH_SIZE", self.batch_size, "must be <= 10000")
@@ -113,7 +113,8 @@ def validate(self: Settings) -> None:
                 "...",  # secrets: never echoed
                 f"is not kid=secret,... with secrets of 32+ characters{': ' + str(exc)}",
             )
-    databases.check_settings(self)
+    database_list.check(self.databases, self.database_url, self._is_set("database_url"))
+    database_list.connection_budget(self.max_connections, self.max_server_connections)
     for name, url in (
         ("RELAY_DATABASE_URL", self.database_url),
         ("RELAY_BROKER_URL", self.broker_url),
@@ -134,7 +135,7 @@ def validate(self: Settings) -> None:
                 )
 
 
-def _validate_console(self: Settings) -> None:
+def _validate_console(self: Any) -> None:
     for var, token in (
         ("RELAY_CONSOLE_TOKEN", self.console_token),
         ("RELAY_CONSOLE_READONLY_TOKEN", self.console_readonly_token),

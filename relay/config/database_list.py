@@ -108,6 +108,21 @@ def parse(raw: str) -> tuple[Database, ...]:
     return tuple(found)
 
 
+def connection_budget(total: int, per_server: int | None) -> tuple[int, int]:
+    """The connection budget of one process over several databases: ``RELAY_MAX_CONNECTIONS``
+    in all and ``RELAY_MAX_SERVER_CONNECTIONS`` per server (None: the total). Two at least:
+    a PostgreSQL server's wake-up takes one, and a database needs one to be relayed."""
+    if total < 2:
+        raise ConfigError(f"RELAY_MAX_CONNECTIONS={total!r} must be >= 2")
+    if per_server is None:
+        return total, total
+    if not 2 <= per_server <= total:
+        raise ConfigError(
+            f"RELAY_MAX_SERVER_CONNECTIONS={per_server!r} must be 2..RELAY_MAX_CONNECTIONS={total}"
+        )
+    return total, per_server
+
+
 def check(raw: str | None, database_url: str, database_url_set: bool) -> None:
     """Refuse a malformed ``RELAY_DATABASES``, or one beside a different ``RELAY_DATABASE_URL``:
     which one the relay drains would be a guess. The same URL in both is allowed (a shared env
@@ -128,6 +143,7 @@ __all__ = [
     "VARIABLE",
     "Database",
     "check",
+    "connection_budget",
     "forget_files",
     "parse",
     "text",

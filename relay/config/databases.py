@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from relay.config.database_list import DEFAULT_NAME, VARIABLE, Database, parse
-from relay.config.database_list import check as check_list
+from relay.config.database_list import DEFAULT_NAME, VARIABLE, Database, connection_budget, parse
 from relay.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -65,27 +64,9 @@ def each(settings: Settings) -> tuple[tuple[str, Settings], ...]:
     return tuple((d.name, for_database(settings, d, alone=alone)) for d in found)
 
 
-def check_settings(settings: Settings) -> None:
-    """Refuse a bad ``RELAY_DATABASES`` (:func:`relay.config.database_list.check`) or a bad
-    connection budget (:func:`budget`); called when :class:`Settings` is built."""
-    check_list(settings.databases, settings.database_url, settings._is_set("database_url"))
-    budget(settings)
-
-
 def budget(settings: Settings) -> tuple[int, int]:
-    """The connection budget of one process over several databases: ``RELAY_MAX_CONNECTIONS``
-    in all and ``RELAY_MAX_SERVER_CONNECTIONS`` per server (default: the total). Two at least:
-    a PostgreSQL server's wake-up takes one, and a database needs one to be relayed."""
-    total, per_server = settings.max_connections, settings.max_server_connections
-    if total < 2:
-        raise ConfigError(f"RELAY_MAX_CONNECTIONS={total!r} must be >= 2")
-    if per_server is None:
-        return total, total
-    if not 2 <= per_server <= total:
-        raise ConfigError(
-            f"RELAY_MAX_SERVER_CONNECTIONS={per_server!r} must be 2..RELAY_MAX_CONNECTIONS={total}"
-        )
-    return total, per_server
+    """``settings``' connection budget (:func:`relay.config.database_list.connection_budget`)."""
+    return connection_budget(settings.max_connections, settings.max_server_connections)
 
 
 def pick(settings: Settings, name: str | None, *, option: str = "--source") -> tuple[str, Settings]:

@@ -13,19 +13,33 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from relay.config import Settings
 from relay.config.database_list import forget_files
 from relay.config.databases import budget, each
-from relay.dispatch.serverwatch import database_urls, server_of, server_watches
+from relay.dispatch.schedule import Schedule
+from relay.dispatch.serverwatch import ServerWatch, database_urls, server_of, server_watches
 from relay.dispatch.tenant import Database, polled_ceiling
 from relay.exceptions import ConfigError
 
-if TYPE_CHECKING:
-    from relay.dispatch.tenants import Tenants
-
 log = logging.getLogger("relay")
+
+
+class Tenants(Protocol):
+    """What a reload changes of :class:`relay.dispatch.tenants.Tenants` (which calls it)."""
+
+    settings: Settings
+    databases: dict[str, Database]
+    schedule: Schedule
+    watches: list[ServerWatch]
+    threads: list[threading.Thread]
+
+    def wake(self, names: tuple[str, ...]) -> None: ...
+
+    def start_workers(self, count: int) -> None: ...
 
 
 def apply(t: Tenants) -> int | None:
