@@ -91,9 +91,12 @@ def _postgresql_servers(settings: Settings) -> dict[str, list[tuple[str, Any]]]:
 
 
 def _engine(url: Any) -> Any:
+    # abandon_calls: a look at a server that acknowledges and never answers is abandoned by
+    # the watchdog at the dispatch path's call deadline, like the store's own calls.
     return create_engine(
         url.render_as_string(hide_password=False),
         connect_args={"application_name": APPLICATION_NAME},
+        abandon_calls=True,
     )
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from relay.config.urls import redact
 from relay.exceptions import DatabaseUnavailable, StoreError
+from relay.store import watchdog
 from relay.store.dialects.postgresql import PostgresDialect
 from relay.store.transactions import translate_errors
 
@@ -27,7 +28,9 @@ from relay.store.transactions import translate_errors
 class ServerStats:
     """Reads the insert counts of ``names`` (databases of one server) through ``engine`` (any
     database of that server), on one autocommit connection kept between looks, so that each
-    look reads fresh statistics, and replaced after an error."""
+    look reads fresh statistics, and replaced after an error. An engine with a watchdog
+    (``abandon_calls``) bounds each look: a server that acknowledges and never answers fails
+    the look as a connection fault instead of holding it for ever."""
 
     def __init__(self, engine: Engine, names: Sequence[str], *, written: bool = False) -> None:
         if engine.dialect.name != "postgresql":
@@ -42,7 +45,9 @@ class ServerStats:
     def inserted(self) -> dict[str, int]:
         """Each named database's ``tup_inserted`` (``written``: plus updated and deleted; a
         database not found is left out)."""
-        with translate_errors(), self._translated():
+        dog = watchdog.of(self.engine)
+        guarded = dog.guard() if dog is not None else contextlib.nullcontext()
+        with translate_errors(), self._translated(), guarded:
             if self._conn is None:
                 raw = self.engine.raw_connection()
                 conn = raw.driver_connection
@@ -51,6 +56,8 @@ class ServerStats:
                 raw.detach()  # kept here for the life of the watcher, never pooled
                 conn.autocommit = True
                 self._conn = conn
+            if dog is not None:
+                dog.watch(self._conn)
             with self._conn.cursor() as cur:
                 cur.execute(self._sql, {"names": self.names})
                 rows = cur.fetchall()

@@ -13,6 +13,7 @@ from relay.config import timing
 from relay.exceptions import DatabaseUnavailable
 from relay.store.dispatch_store import DispatchStore
 from relay.store.engine import create_engine, ping
+from relay.store.serverstats import ServerStats
 from tests.support.proxy import TcpProxy
 from tools.pgserver import free_port
 
@@ -127,3 +128,30 @@ def test_a_multi_host_url_connects_to_the_host_that_answers(pg_url: str) -> None
         ping(engine)
     finally:
         engine.dispose()
+
+
+@pytest.mark.timeout(60)
+def test_the_server_statistics_look_is_abandoned_behind_a_frozen_endpoint(
+    pg_url: str,
+) -> None:
+    """The many-databases wake-up's look at ``pg_stat_database`` (one connection per server,
+    kept between looks) has the same deadline as the store's calls: behind an endpoint that
+    acknowledges and never answers, it fails as a connection fault within its deadline, and
+    reads again once the endpoint answers."""
+    url = sa.make_url(pg_url)
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 0))
+    engine = create_engine(proxy.url_for(pg_url), deadlines=DEADLINES, abandon_calls=True)
+    stats = ServerStats(engine, [str(url.database)])
+    try:
+        assert str(url.database) in stats.inserted()
+        proxy.freeze()
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable):
+            stats.inserted()
+        took = time.monotonic() - started
+        proxy.thaw()
+        assert str(url.database) in stats.inserted()
+    finally:
+        stats.close()
+        proxy.close()
+    assert DEADLINES.call_seconds <= took < BOUND
