@@ -9,7 +9,10 @@ deficit round-robin whose quantum is one short drain): among the databases that 
 one that has been served least runs first, and a database that was idle starts again level
 with the least-served busy one, so a quiet spell banks no credit and a million-row backlog
 counts against its own database only. A database runs on one worker at a time, so a noisy
-one holds at most one worker while the others take the rest.
+one holds at most one worker while the others take the rest. A look that only polls (no
+wake-up said rows came, its last unit left none) yields to the databases known to have rows:
+when the workers are all busy, a poll that would likely find nothing does not take a turn
+from a database whose rows are waiting.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from relay.dispatch.polling import IdlePoll
 #: the statistics reach the watcher at once only when the writer's last report is a second
 #: old (else up to 10 s later), so a trickle of one event a second is caught by the poll.
 #: The poll is a net that earns its cost: each of its looks that finds nothing the wake-ups
-#: had not already sent for doubles its wait (up to :data:`COLD_POLL_SECONDS`), and one that
-#: finds rows (the statistics came late) brings it back to :data:`WARM_POLL_SECONDS`. Where
-#: the writers' statistics come promptly (sessions that end, or a second apart) the
-#: wake-ups alone carry the trickle and the looks cost no connection.
+#: had not already sent for, and each wake-up that finds rows (the statistics came on time),
+#: doubles its wait (up to :data:`COLD_POLL_SECONDS`); a look that finds rows (the statistics
+#: came late) brings it back to :data:`WARM_POLL_SECONDS`. Where the writers' statistics come
+#: promptly (sessions that end, or a second apart) the wake-ups alone carry the trickle and
+#: the looks cost almost no connection.
 WARM_SECONDS = 30.0
 WARM_POLL_SECONDS = 0.5
 #: Looks a second, in all, at the warm watched databases: each look costs a connection.
@@ -65,6 +69,8 @@ class Tenant:
     by_wake: bool = False
     #: The warm poll's wait now (watched databases): doubled by each empty look.
     net: float = WARM_POLL_SECONDS
+    #: Its next look is a poll, with no sign of rows: it yields to those known to have some.
+    polling: bool = False
 
 
 @dataclass(slots=True)
@@ -113,9 +119,10 @@ class Schedule:
 
     # -- what runs next ---------------------------------------------------------------------
     def ready(self, now: float) -> list[Tenant]:
-        """The databases due and not running, least served first (ties: longest overdue)."""
+        """The databases due and not running: those known to have rows (woken, or left rows)
+        before those only polled, each group least served first (ties: longest overdue)."""
         due = [t for t in self.tenants.values() if not t.running and t.due_at <= now]
-        return sorted(due, key=lambda t: (t.served, t.due_at))
+        return sorted(due, key=lambda t: (t.polling, t.served, t.due_at))
 
     def next_due(self) -> float | None:
         """The earliest due time of a database not running (None: every one is running)."""
@@ -131,6 +138,7 @@ class Schedule:
             if t is not None:
                 t.poll.reset()
                 t.woken = True
+                t.polling = False
                 t.due_at = min(t.due_at, now)
 
     def wake_all(self, now: float) -> None:
@@ -180,6 +188,7 @@ class Schedule:
         tenant.served += max(0.0, now - started)
         if unit.claimed:
             tenant.busy_at = now
+        tenant.polling = False
         if unit.rest > 0:
             tenant.due_at = now + unit.rest
             return False
@@ -191,16 +200,20 @@ class Schedule:
             tenant.due_at = now
             return False
         if tenant.watched:
-            # Drained: new rows will wake it; the look is the net under a late report.
-            if not tenant.by_wake:
-                tenant.net = (
-                    WARM_POLL_SECONDS if unit.claimed else min(COLD_POLL_SECONDS, tenant.net * 2)
-                )
+            # Drained: new rows will wake it; the look is the net under a late report. A look
+            # that finds rows means a report came late: the net tightens. A look that finds
+            # nothing, or a wake-up that found rows (the reports come on time), loosens it.
+            if not tenant.by_wake and unit.claimed:
+                tenant.net = WARM_POLL_SECONDS
+            elif unit.claimed or not tenant.by_wake:
+                tenant.net = min(COLD_POLL_SECONDS, tenant.net * 2)
             tenant.due_at = now + self.watched_poll(tenant, now)
+            tenant.polling = True
             return False
         if unit.claimed:
             tenant.poll.reset()
         tenant.due_at = now + tenant.poll.next()
+        tenant.polling = True
         if unit.claimed:  # polled: it looks again after the floor, on the same connection
             tenant.parked_at = now
             return True
@@ -220,6 +233,7 @@ class Schedule:
         """The unit failed (the database unreachable): due again after ``rest``, no
         connection kept."""
         tenant.running = False
+        tenant.polling = False
         tenant.due_at = now + rest
 
     def waiting(self, now: float) -> int:
