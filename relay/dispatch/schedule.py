@@ -27,11 +27,10 @@ from relay.dispatch.polling import IdlePoll
 #: the statistics reach the watcher at once only when the writer's last report is a second
 #: old (else up to 10 s later), so a trickle of one event a second is caught by the poll.
 #: The poll is a net that earns its cost: each of its looks that finds nothing the wake-ups
-#: had not already sent for, and each wake-up that finds rows (the statistics came on time),
-#: doubles its wait (up to :data:`COLD_POLL_SECONDS`); a look that finds rows (the statistics
-#: came late) brings it back to :data:`WARM_POLL_SECONDS`. Where the writers' statistics come
-#: promptly (sessions that end, or a second apart) the wake-ups alone carry the trickle and
-#: the looks cost almost no connection.
+#: had not already sent for doubles its wait (up to :data:`COLD_POLL_SECONDS`), and one that
+#: finds rows (the statistics came late) brings it back to :data:`WARM_POLL_SECONDS`. Where
+#: the writers' statistics come promptly (sessions that end, or a second apart) the
+#: wake-ups alone carry the trickle and the looks cost no connection.
 WARM_SECONDS = 30.0
 WARM_POLL_SECONDS = 0.5
 #: Looks a second, in all, at the warm watched databases: each look costs a connection.
@@ -200,13 +199,11 @@ class Schedule:
             tenant.due_at = now
             return False
         if tenant.watched:
-            # Drained: new rows will wake it; the look is the net under a late report. A look
-            # that finds rows means a report came late: the net tightens. A look that finds
-            # nothing, or a wake-up that found rows (the reports come on time), loosens it.
-            if not tenant.by_wake and unit.claimed:
-                tenant.net = WARM_POLL_SECONDS
-            elif unit.claimed or not tenant.by_wake:
-                tenant.net = min(COLD_POLL_SECONDS, tenant.net * 2)
+            # Drained: new rows will wake it; the look is the net under a late report.
+            if not tenant.by_wake:
+                tenant.net = (
+                    WARM_POLL_SECONDS if unit.claimed else min(COLD_POLL_SECONDS, tenant.net * 2)
+                )
             tenant.due_at = now + self.watched_poll(tenant, now)
             tenant.polling = True
             return False
