@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from relay.exceptions import PublishError
@@ -80,6 +80,9 @@ class ClaimedEvent:
                 defect = f"{field_}: {why}"
             elif headers is not None and (type(headers) is not dict or TASK_HEADER in headers):
                 defect = headers_fault(headers)
+            if not isinstance(created_at, datetime):
+                defect = defect or time_fault(created_at)
+                created_at = UNREADABLE_TIME
             if defect is not None:
                 headers = (
                     headers if isinstance(headers, dict) and TASK_HEADER not in headers else None
@@ -252,6 +255,24 @@ def _unreadable(text: str | bytes, exc: ValueError) -> str:
             "(store it as a string)"
         )
     return f"not JSON: {exc}"
+
+
+#: A claimed row's ``created_at`` when the stored one is no time Python holds: such a row is
+#: dead-lettered unpublished (``time_fault``), so no message ever carries this.
+UNREADABLE_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def time_fault(value: Any) -> str:
+    """Why a row's ``created_at``, as the claim read it (``relay.store.timestamps.ReadTimestamp``),
+    is no time a message can carry."""
+    fix = "write an ISO 8601 UTC time, or leave it to the column's default"
+    if value is None:
+        return f"created_at: outside the years 1 to 9999 (infinity or -infinity?): {fix}"
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+    name = type(value).__name__
+    kind = "" if isinstance(value, str) else f" ({_JSON_KIND.get(name, name)})"
+    return f"created_at: {shown}{kind} is not a time: {fix}"
 
 
 def headers_fault(headers: Any) -> str | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -133,7 +134,7 @@ class OperationsStore(BaseStore):
         """Rows the filter selects, by id after ``after``: a page of at most ``limit``."""
         with self._tx() as conn:
             stmt = self.ops.list_events(self.ops.matching(f), limit, after)
-            return [dict(r) for r in conn.execute(stmt).mappings()]
+            return [_timed(r) for r in conn.execute(stmt).mappings()]
 
     def _count(self, conn: Connection, matching: Any) -> int:
         return int(conn.execute(self.ops.count_matching(matching)).scalar_one())
@@ -261,7 +262,7 @@ class OperationsStore(BaseStore):
         with self._tx() as conn:
             stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(row_id,))))
             row = conn.execute(stmt).mappings().first()
-        return None if row is None else dict(row)
+        return None if row is None else _timed(row)
 
     def sent_per_minute(self) -> list[dict[str, Any]]:
         """The last hour's sent events and commit-to-sent lag per minute ago, oldest first:
@@ -356,3 +357,12 @@ def _failed(f: EventFilter | Sequence[int] | None) -> EventFilter:
 
 def _and_failed(matching: Any) -> Any:
     return sa.and_(outbox.c.status == Status.FAILED.value, matching)
+
+
+def _timed(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A listed row with a ``created_at`` that is no time (``relay.records.time_fault``: the
+    row's ``last_error`` says what is stored) as None, which every view shows as no time."""
+    out = dict(row)
+    if "created_at" in out and not isinstance(out["created_at"], datetime):
+        out["created_at"] = None
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, TypeDecorator
+from sqlalchemy import DateTime, Text, TypeDecorator
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -52,6 +52,31 @@ class UtcDateTime(TypeDecorator[datetime]):
             return value  # type: ignore[no-any-return]  # psycopg returns aware datetimes
         assert isinstance(value, datetime)
         return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class ReadTimestamp(TypeDecorator[Any]):
+    """A timestamp a producer may have written, read without raising: an aware datetime, or,
+    when the stored value is no time Python can hold, that value itself (a text, a number,
+    bytes), or None where the database's SQL turned it into NULL
+    (``Dialect.readable_time``). For a claim's ``created_at``: a row's unreadable time is that
+    row's fault (``relay.records.time_fault``), never the claim's.
+
+    SQLite keeps any value in any column (``'garbage'``, epoch seconds); MariaDB keeps zero
+    dates (``0000-00-00``), which PyMySQL hands over as text; PostgreSQL keeps ``infinity``
+    and years past 9999, which psycopg refuses to load (hence the SQL guard there)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                return value
+        if isinstance(value, datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 class utc_now(FunctionElement[datetime]):

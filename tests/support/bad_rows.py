@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from relay.records import Status
+from relay.store.filters import EventFilter
+from relay.store.operations import OperationsStore
 from tests.support.fleet import enqueue_committed
 
 
@@ -25,6 +28,8 @@ class BadRow:
     #: text that is not JSON; only SQLite keeps any text).
     kinds: frozenset[str] = frozenset({"postgresql", "mysql", "sqlite"})
     event_type: str = "bad.event"
+    #: ``created_at`` as an SQL literal (None: the column's default).
+    created_at: str | None = None
 
 
 _ALL = frozenset({"postgresql", "mysql", "sqlite"})
@@ -72,6 +77,49 @@ BAD_ROWS = (
     ),
     BadRow("payload-not-json", "not json", None, r"^payload: not JSON: ", frozenset({"sqlite"})),
     BadRow("headers-not-json", '{"n": 1}', "{oops", r"^headers: not JSON: ", frozenset({"sqlite"})),
+    # A time the database keeps and Python's datetime cannot hold: psycopg refuses to load
+    # PostgreSQL's infinities, PyMySQL hands MariaDB's zero date over as text, and SQLite
+    # keeps any value (epoch seconds from another language, or a word).
+    BadRow(
+        "created-at-infinity",
+        '{"n": 1}',
+        None,
+        r"^created_at: outside the years 1 to 9999",
+        frozenset({"postgresql"}),
+        created_at="'infinity'",
+    ),
+    BadRow(
+        "created-at-minus-infinity",
+        '{"n": 1}',
+        None,
+        r"^created_at: outside the years 1 to 9999",
+        frozenset({"postgresql"}),
+        created_at="'-infinity'",
+    ),
+    BadRow(
+        "created-at-zero-date",
+        '{"n": 1}',
+        None,
+        r"^created_at: '0000-00-00 00:00:00(\.0+)?' is not a time",
+        frozenset({"mysql"}),
+        created_at="'0000-00-00 00:00:00'",
+    ),
+    BadRow(
+        "created-at-epoch-seconds",
+        '{"n": 1}',
+        None,
+        r"^created_at: 1735689600 \(a number\) is not a time",
+        frozenset({"sqlite"}),
+        created_at="1735689600",
+    ),
+    BadRow(
+        "created-at-not-a-time",
+        '{"n": 1}',
+        None,
+        r"^created_at: 'yesterday' is not a time",
+        frozenset({"sqlite"}),
+        created_at="'yesterday'",
+    ),
 )
 assert all(r.kinds <= _ALL for r in BAD_ROWS)
 
@@ -84,9 +132,10 @@ def for_kind(kind: str) -> list[BadRow]:
 def insert(engine: sa.Engine, row: BadRow) -> int:
     """Write ``row`` with plain SQL, as a service in another language would; returns its id."""
     cast = "CAST({} AS jsonb)" if engine.dialect.name == "postgresql" else "{}"
+    created = ("", "") if row.created_at is None else (", created_at", f", {row.created_at}")
     sql = sa.text(
-        "INSERT INTO outbox (event_type, payload, headers) "
-        f"VALUES (:event_type, {cast.format(':payload')}, {cast.format(':headers')})"
+        f"INSERT INTO outbox (event_type, payload, headers{created[0]}) "
+        f"VALUES (:event_type, {cast.format(':payload')}, {cast.format(':headers')}{created[1]})"
     )
     params = {"event_type": row.event_type, "payload": row.payload, "headers": row.headers}
     with engine.begin() as conn:
@@ -116,8 +165,9 @@ def last_errors(engine: sa.Engine, ids: list[int]) -> dict[int, tuple[str, int, 
 def check_dead_lettered(
     engine: sa.Engine, bad: dict[int, BadRow], max_attempts: int
 ) -> dict[str, str]:
-    """Every bad row ``failed`` with its reason after at most ``max_attempts`` claims; returns
-    the reason of each by name (printed by the tests, so an operator sees what they read)."""
+    """Every bad row ``failed`` with its reason after at most ``max_attempts`` claims, and
+    listed as the operator's tools list dead letters; returns the reason of each by name
+    (printed by the tests, so an operator sees what they read)."""
     found = last_errors(engine, list(bad))
     reasons = {}
     for id_, row in bad.items():
@@ -127,4 +177,8 @@ def check_dead_lettered(
         assert error, f"{row.name}: failed without a reason"
         assert re.search(row.reason, error), f"{row.name}: last_error {error!r}"
         reasons[row.name] = error
+    # What `relay failed list` and the console list: every dead letter, whatever it holds.
+    failed = EventFilter(statuses=(Status.FAILED,), all=True)
+    listed = OperationsStore(engine).list_events(failed, limit=len(bad) + 1)
+    assert {r["id"]: r["last_error"] for r in listed} == {i: found[i][2] for i in bad}
     return reasons

@@ -13,6 +13,7 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
+from sqlalchemy.dialects import sqlite
 
 from relay import ordering
 from relay.config import Settings
@@ -24,6 +25,7 @@ from relay.publishers.amqp import _encode
 from relay.publishers.frames import BatchEncoder
 from relay.records import ClaimedEvent, Status, headers_fault
 from relay.store.engine import json_loads_many
+from relay.store.timestamps import ReadTimestamp
 from relay.testing import InMemoryPublisher, InMemoryStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -95,6 +97,57 @@ def test_each_bad_row_carries_its_own_reason_and_its_batch_reads_as_usual(
         assert events[1].defect.startswith(defect), events[1].defect
         # Headers that cannot be a message's are never handed on (task_expires reads them).
         assert events[1].headers is None or isinstance(events[1].headers, dict)
+
+
+@pytest.mark.parametrize(
+    ("created_at", "defect"),
+    [
+        (NOW, None),
+        (None, "created_at: outside the years 1 to 9999 (infinity or -infinity?)"),
+        ("0000-00-00 00:00:00.000000", "created_at: '0000-00-00 00:00:00.000000' is not a time"),
+        ("yesterday", "created_at: 'yesterday' is not a time"),
+        (1735689600, "created_at: 1735689600 (a number) is not a time"),
+        (b"\x00", "created_at: b'\\x00' (bytes) is not a time"),
+        ("x" * 500, "created_at: 'xxxxxxxx"),
+    ],
+)
+def test_a_created_at_that_is_no_time_is_the_rows_defect(
+    created_at: Any, defect: str | None
+) -> None:
+    """``created_at`` as the claim reads it (``ReadTimestamp``: a datetime, or what the database
+    stored when Python holds no such time, None where PostgreSQL's SQL left it out): a row
+    whose time is none carries a defect naming it, with a datetime in its place, and the rows
+    around it read as usual."""
+    row = (2, "thing.happened", '{"n": 2}', None, None, 1, created_at, None, "eid-2")
+    rows = [_row(1, *GOOD), row, _row(3, *GOOD)]
+    first, event, last = ClaimedEvent.from_claims(rows, json_loads_many, "/src")
+    assert (first.defect, last.defect, first.created_at) == (None, None, NOW)
+    assert isinstance(event.created_at, datetime)
+    if defect is None:
+        assert (event.defect, event.created_at) == (None, NOW)
+    else:
+        assert event.defect is not None
+        assert event.defect.startswith(defect), event.defect
+        assert len(event.defect) < 200
+        assert event.defect.endswith("or leave it to the column's default")
+
+
+@pytest.mark.parametrize(
+    ("stored", "read"),
+    [
+        ("2026-01-01 00:00:00.000000", NOW),
+        ("2026-01-01T02:00:00+02:00", NOW),
+        (datetime(2026, 1, 1), NOW),
+        (NOW, NOW),
+        (None, None),
+        ("garbage", "garbage"),
+        (1735689600, 1735689600),
+    ],
+)
+def test_a_claimed_time_is_read_without_raising(stored: Any, read: Any) -> None:
+    """SQLite's text (any text), MySQL's datetime or zero-date text, PostgreSQL's datetime:
+    read as an aware datetime when it is a time, and handed on as stored when not."""
+    assert ReadTimestamp().process_result_value(stored, sqlite.dialect()) == read
 
 
 def test_a_good_batch_is_decoded_in_one_call() -> None:

@@ -47,6 +47,7 @@ NOT_STATEMENTS = {
     "claim_unordered",
     "claim_columns",
     "json_text",
+    "readable_time",
     "lease_ids",
     "next_seq",
     "purge_inbox",

@@ -45,6 +45,7 @@ from relay.store.dialects.caller_transaction import InboxStatements, ProducerSta
 from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.schema import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
+from relay.store.timestamps import ReadTimestamp
 
 #: The JSON columns a claim returns as text (see :meth:`Dialect.claim_columns`).
 CLAIM_JSON = frozenset({"payload", "headers"})
@@ -71,7 +72,11 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         of ``ClaimedEvent``'s fields (``ClaimedEvent.from_claims``); payload and headers as
         JSON text (:meth:`json_text`), which the store decodes in one pass over the batch."""
         return tuple(
-            self.json_text(column).label(column.name) if column.name in CLAIM_JSON else column
+            self.json_text(column).label(column.name)
+            if column.name in CLAIM_JSON
+            else self.readable_time(column).label(column.name)
+            if column is outbox.c.created_at
+            else column
             for column in (
                 outbox.c.id,
                 outbox.c.event_type,
@@ -84,6 +89,11 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
                 outbox.c.event_id,
             )
         )
+
+    def readable_time(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """A time ``column`` a producer writes, read so that no value it holds raises
+        (:class:`~relay.store.timestamps.ReadTimestamp`): the row's fault, not the claim's."""
+        return type_coerce(column, ReadTimestamp())
 
     def text_bytes(self, text: ColumnElement[Any]) -> ColumnElement[int]:
         """The length in bytes of ``text`` (UTF-8)."""

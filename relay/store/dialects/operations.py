@@ -7,6 +7,7 @@ whose SQL differs subclasses it in its own module. Nothing on the dispatch path 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -111,7 +112,7 @@ class Operations:
         self, matching: ColumnElement[bool], limit: int, after: int | None
     ) -> Select[Any]:
         """Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET)."""
-        stmt = select(*EVENT_COLUMNS).where(matching)
+        stmt = select(*self._readable(EVENT_COLUMNS)).where(matching)
         if after is not None:
             stmt = stmt.where(outbox.c.id > after)
         return stmt.order_by(outbox.c.id).limit(limit)
@@ -220,7 +221,16 @@ class Operations:
 
     def event_details(self, matching: ColumnElement[bool]) -> Select[Any]:
         """Every column of the rows ``matching`` selects (one event's page)."""
-        return select(outbox).where(matching).order_by(outbox.c.id).limit(2)
+        return select(*self._readable(outbox.c)).where(matching).order_by(outbox.c.id).limit(2)
+
+    def _readable(self, columns: Iterable[ColumnElement[Any]]) -> list[ColumnElement[Any]]:
+        """``columns`` with ``created_at`` read as a claim reads it: a dead letter whose time
+        is no time Python holds is still listed (``created_at`` None)."""
+        created = outbox.c.created_at
+        return [
+            self.dialect.readable_time(c).label("created_at") if c is created else c
+            for c in columns
+        ]
 
     def sent_per_minute(self) -> Select[Any]:
         """The last hour's sent rows per minute ago (0-59), with their mean and largest

@@ -18,6 +18,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    type_coerce,
 )
 from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
@@ -28,15 +29,26 @@ from relay.store.dialects.dispatch_path import _PLACE
 from relay.store.dialects.operations import Operations
 from relay.store.dialects.returning import ReturningDialect
 from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.timestamps import ReadTimestamp
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
+#: The times Python's datetime holds, a day inside its years 1-9999 whatever the session's zone.
+_FIRST_TIME: ColumnElement[Any] = literal_column("timestamptz '0001-01-02 00:00:00+00'")
+_LAST_TIME: ColumnElement[Any] = literal_column("timestamptz '9999-12-30 00:00:00+00'")
 
 
 class PostgresDialect(ReturningDialect):
     """PostgreSQL >= 12."""
 
     name: ClassVar[str] = "postgresql"
+
+    def readable_time(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """NULL for a time psycopg cannot load (``infinity``, ``-infinity``, a year past 9999
+        or before 1): it refuses the whole result, so the claim's SQL leaves such a time out
+        and the row carries its fault (``relay.records.time_fault``)."""
+        held = sa.case((column.between(_FIRST_TIME, _LAST_TIME), column), else_=sa.null())
+        return type_coerce(held, ReadTimestamp())
 
     def now(self) -> ColumnElement[datetime]:
         """``now()``: the transaction's start time on the database server."""

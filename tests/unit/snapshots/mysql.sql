@@ -59,7 +59,7 @@ UPDATE outbox_sequence SET last_seq=last_insert_id(outbox_sequence.last_seq + %s
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
 -- claimed_statement: The leased rows as the claim returns them; bind ``ids``.
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id
 FROM outbox
 WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
@@ -109,7 +109,7 @@ WHERE head.next_retry_at IS NULL OR head.next_retry_at <= (UTC_TIMESTAMP(6))), (
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%s, holder=NULL, expires_at=NULL, ran_at=(UTC_TIMESTAMP(6)) WHERE relay_purger.name = %s AND relay_purger.holder = %s;
 
 -- event_details: Every column of the rows ``matching`` selects (one event's page).
-SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s ORDER BY outbox.id
  LIMIT %s;
@@ -201,7 +201,7 @@ FROM outbox
 WHERE outbox.status = 'processing' GROUP BY outbox.locked_by ORDER BY outbox.locked_by;
 
 -- list_events: Rows ``matching`` selects, by id from just after ``after`` (keyset, never OFFSET).
-SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at, outbox.updated_at
+SELECT outbox.id, outbox.event_type, outbox.ordering_key, outbox.status, outbox.attempt, outbox.last_error, outbox.locked_by, outbox.locked_until, outbox.next_retry_at, outbox.created_at AS created_at, outbox.updated_at
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s ORDER BY outbox.id
  LIMIT %s;
@@ -312,7 +312,7 @@ FROM outbox
 WHERE outbox.sent_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) GROUP BY floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0);
 
 -- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id
 FROM outbox
 WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s AND outbox.id <= %s ORDER BY outbox.id;
 
