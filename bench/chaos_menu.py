@@ -26,10 +26,21 @@ BAD_ROWS: dict[str, str] = {
     "headers-task-not-an-object": """'{}'::jsonb, '{"x-relay-task": {}}'::jsonb""",
 }
 
-#: The faults, drawn at random: a proxy cut (connections reset, new ones refused) or stall (no
-#: byte forwarded, no error) on the relays' way to the database or the broker, for a few
+#: The faults, drawn at random: a proxy cut (connections reset, new ones refused), stall (no
+#: byte forwarded, no error) or freeze (every open connection silent for good, new ones held
+#: unanswered: a host that vanished, issue 38's silent peer; the relays must notice by their
+#: own deadlines and reconnect) on the relays' way to the database or the broker, for a few
 #: seconds; or a relay SIGKILLed or SIGTERMed, then started again.
-FAULTS = ("db-cut", "db-stall", "broker-cut", "broker-stall", "sigkill", "sigterm")
+FAULTS = (
+    "db-cut",
+    "db-stall",
+    "db-freeze",
+    "broker-cut",
+    "broker-stall",
+    "broker-freeze",
+    "sigkill",
+    "sigterm",
+)
 
 
 def write_bad_row(engine: sa.Engine, kind: str) -> int:
@@ -163,6 +174,8 @@ class Injector:
             term_at = time.monotonic() + seconds / 2 if self.rng.random() < 1 / 3 else None
             if kind.endswith("cut"):
                 proxy.cut()
+            elif kind.endswith("freeze"):
+                proxy.freeze()
             else:
                 proxy.stall()
             try:
