@@ -101,7 +101,8 @@ MEANING: dict[str, str] = {
     "comma-separated (`password,card_number`; any case, any depth)",
     "databases": "several outbox databases drained by one fleet, `name=URL` pairs separated "
     "by commas, or `@PATH` of a file with one pair a line, read again on SIGHUP by `relay "
-    "dispatch --loop` (each its own lease domain; see [Many databases](many-databases.md))",
+    "dispatch --loop` and when it changes by a Celery fleet's workers (each its own lease "
+    "domain; see [Many databases](many-databases.md))",
     "source": "the CloudEvents `source` of this outbox's messages, a URI-reference "
     "(`/shop/orders`); unset: `/relay/<kind>/<host>/<database>` from the database URL, without "
     "credentials. Descriptive: the event id is unique alone",

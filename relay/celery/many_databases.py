@@ -16,6 +16,11 @@ outcomes), and only those whose figure moved since this process last looked are 
 each database every :data:`COUNT_NET_SECONDS` (rows that become due with no write: a retry's
 backoff ending, a lease expiring); the other databases are counted every tick. So an idle
 PostgreSQL database costs no connection between its nets, where it cost one every tick.
+
+``RELAY_DATABASES=@PATH``: each worker process looks at the file (one ``stat``) before its
+tasks, at most every :data:`RELOAD_CHECK_SECONDS`, and when it changed brings its databases in
+line with it (:meth:`Runtimes.refresh`): added ones are counted by the next tick, dropped ones
+let go. No restart; a Celery worker's SIGHUP restarts it, so the file is the signal here.
 """
 
 from __future__ import annotations
@@ -32,15 +37,17 @@ from typing import Any
 
 from relay.celery.names import TICK
 from relay.celery.runtime import Runtime
-from relay.config import Settings
+from relay.config import Settings, database_list
 from relay.config.databases import each, several
-from relay.exceptions import RelayError
+from relay.exceptions import ConfigError, RelayError
 
 log = logging.getLogger(__name__)
 
 #: A database whose written-rows figure did not move is still counted this often by each
 #: worker process's ticks (and its tick heartbeat written then, for ``relay doctor``).
 COUNT_NET_SECONDS = 10.0
+#: A worker process looks at a ``RELAY_DATABASES=@PATH`` file at most this often.
+RELOAD_CHECK_SECONDS = 1.0
 
 
 def share_fanout(
@@ -126,18 +133,67 @@ class Runtimes:
         self.plan = CountPlan()
         self._stats: list[tuple[Any, dict[str, str]]] | None = None
         self._stats_pid = 0
+        self._checked_at = time.monotonic()
 
     def __iter__(self) -> Iterator[tuple[str, Runtime]]:
         return iter(self.by_name.items())
 
     def get(self, source: str | None) -> Runtime:
-        """The named database's runtime; None: the only (or first) one."""
+        """The named database's runtime; None: the only (or first) one. A name not known yet
+        makes the list be looked at again first (another process saw it added)."""
         if source is None:
             return next(iter(self.by_name.values()))
+        if source not in self.by_name:
+            self.refresh(force=True)
         try:
             return self.by_name[source]
         except KeyError:
             raise LookupError(f"relay task for unknown database {source!r}") from None
+
+    def refresh(self, *, force: bool = False, now: float | None = None) -> bool:
+        """Bring this process's databases in line with ``RELAY_DATABASES=@PATH`` when the
+        file changed (looked at most every :data:`RELOAD_CHECK_SECONDS` unless ``force``):
+        added databases get a runtime, dropped ones (or whose URL changed) are closed. A list
+        the checks refuse, or one that would turn a fleet of one database into several or
+        back (its sources and connection use differ), changes nothing and is logged. Whether it
+        changed anything."""
+        now = time.monotonic() if now is None else now
+        if not force and now - self._checked_at < RELOAD_CHECK_SECONDS:
+            return False
+        self._checked_at = now
+        raw = self.settings.databases
+        if not database_list.changed(raw):
+            return False
+        database_list.forget_files()
+        try:
+            fresh = dict(each(self.settings))
+            if not (self.several and several(self.settings)):
+                raise ConfigError(
+                    "a fleet started over one database, or a list down to one, is read again "
+                    "only at a restart (its sources and connection use differ)"
+                )
+        except ConfigError as exc:
+            log.error("relay reload refused, the %d databases stay: %s", len(self.by_name), exc)
+            return False
+        gone = [
+            name
+            for name, rt in self.by_name.items()
+            if name not in fresh or fresh[name].database_url != rt.settings.database_url
+        ]
+        for name in gone:  # at a task's start: none of this process's drains runs
+            self.by_name.pop(name).close()
+        added = [name for name in fresh if name not in self.by_name]
+        for name in added:
+            self.by_name[name] = Runtime(fresh[name], one_connection=self.several)
+        self.by_name = {name: self.by_name[name] for name in fresh}  # the file's order
+        self._stats = None  # the statistics readers cover the new list
+        log.info(
+            "reloaded RELAY_DATABASES: %d databases; added %s; dropped %s",
+            len(self.by_name),
+            ", ".join(added) or "none",
+            ", ".join(gone) or "none",
+        )
+        return bool(added or gone)
 
     def chosen(self, source: str | None) -> list[Runtime]:
         """What one ``claim_and_dispatch(source)`` drains: the named database, or with none

@@ -114,6 +114,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         """Drain the outbox (of database ``source``; None: each database in turn) within the
         budget; any number may run at once (the lease decides)."""
         report = Report()
+        runtimes.refresh()
         for rt in runtimes.chosen(source):
             if not rt.stopping.is_set():
                 with rt.held():  # over several databases: no connection held between tasks
@@ -127,6 +128,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         if runtime.stopping.is_set():
             return {"fanout": 0, **_summary(report)}
         if runtimes.several:
+            runtimes.refresh()
             shares = fleet_tick(
                 s,
                 runtimes,
@@ -158,6 +160,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         time per database (:mod:`relay.dispatch.purger`), the databases sharing one purge
         interval; one database's failure is logged and the others are still purged."""
         deleted = 0
+        runtimes.refresh()
         chosen = list(runtimes)
         share = s.purge_interval_seconds / len(chosen)
         for name, rt in chosen:

@@ -5,11 +5,13 @@
 ``RELAY_DATABASES=@PATH`` names a file that holds the list instead (one ``name=URL`` a line,
 blank lines and lines starting with ``#`` ignored): read once, when first needed, and again
 only after :func:`forget_files` (``relay dispatch --loop`` calls it on SIGHUP to add or drop
-databases without a restart). That file is this module's only I/O; no third-party import.
+databases without a restart; a Celery worker when :func:`changed` says the file changed).
+That file is this module's only I/O; no third-party import.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -42,7 +44,17 @@ class Database:
 
 
 _files: dict[str, str] = {}
+#: Each file's identity when it was read: (modified, size, inode).
+_stamps: dict[str, tuple[int, int, int] | None] = {}
 _files_lock = threading.Lock()
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 def text(raw: str) -> str:
@@ -54,6 +66,8 @@ def text(raw: str) -> str:
     path = raw.strip()[1:].strip()
     with _files_lock:
         if path not in _files:
+            # Stamped before the read: a write after it shows as a change next time.
+            _stamps[path] = _stamp(path)
             try:
                 content = Path(path).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -68,6 +82,19 @@ def forget_files() -> None:
     """Read every ``@PATH`` list again when next needed (the reload)."""
     with _files_lock:
         _files.clear()
+        _stamps.clear()
+
+
+def changed(raw: str | None) -> bool:
+    """Whether ``raw`` is ``@PATH`` and that file was written, replaced or removed since it was
+    read (one ``stat``); False for a list given inline or a file not read yet."""
+    if raw is None or not raw.strip().startswith("@"):
+        return False
+    path = raw.strip()[1:].strip()
+    with _files_lock:
+        if path not in _files:
+            return False
+        return _stamps.get(path) != _stamp(path)
 
 
 def parse(raw: str) -> tuple[Database, ...]:

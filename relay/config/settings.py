@@ -111,8 +111,8 @@ class Settings:
     #: (``relay.store.eventids.default_source``). Descriptive: the event id is unique alone.
     source: str | None = None
     #: Several outbox databases, ``name=URL,...``, or ``@PATH``: a file with one ``name=URL`` a
-    #: line, read again on SIGHUP by ``relay dispatch --loop`` (``relay.config.databases``);
-    #: None: one.
+    #: line, read again on SIGHUP by ``relay dispatch --loop`` and when it changes by a Celery
+    #: fleet's workers (``relay.config.databases``); None: one.
     databases: str | None = None
     #: Several databases: most connections ``relay dispatch`` holds in all (wake-ups included).
     max_connections: int = 10

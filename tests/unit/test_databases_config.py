@@ -162,3 +162,26 @@ def test_a_databases_file_is_read_once_until_forgotten(tmp_path: Path) -> None:
     forget_files()
     with pytest.raises(ConfigError, match=r"RELAY_DATABASES.*names no database"):
         Settings(databases=f"@{listing}")
+
+
+def test_a_database_file_counts_as_changed_once_written_again(tmp_path: Path) -> None:
+    """``changed`` is False for an inline list, a file not read yet, or one unchanged since it
+    was read; True once it is written again or removed; reading it again resets it."""
+    from relay.config import database_list
+
+    listing = tmp_path / "databases"
+    listing.write_text("a=postgresql+psycopg://h/a\n")
+    raw = f"@{listing}"
+    database_list.forget_files()
+    assert not database_list.changed("a=postgresql+psycopg://h/a")
+    assert not database_list.changed(raw)  # not read yet
+    assert [d.name for d in database_list.parse(raw)] == ["a"]
+    assert not database_list.changed(raw)
+    listing.write_text("a=postgresql+psycopg://h/a\nb=postgresql+psycopg://h/b\n")
+    assert database_list.changed(raw)
+    database_list.forget_files()
+    assert [d.name for d in database_list.parse(raw)] == ["a", "b"]
+    assert not database_list.changed(raw)
+    listing.unlink()
+    assert database_list.changed(raw)
+    database_list.forget_files()
