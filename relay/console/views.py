@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 #: What replaces a masked field's value.
 MASK = "***"
+#: What stands for the stored text of a field that cannot be read as JSON while fields are
+#: masked: no field can be found in it to mask.
+WITHHELD = "(withheld: RELAY_CONSOLE_REDACT is set and this text cannot be read to mask it)"
 #: Most rows one page or API call returns.
 MAX_LIMIT = 1000
 ACTIONS = ("retry", "purge", "replay")
@@ -212,19 +215,23 @@ def masked(value: Any, fields: frozenset[str]) -> Any:
 
 
 def jsonable(row: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
-    """A row as JSON values: times in ISO 8601, payload and headers masked."""
+    """A row as JSON values: times in ISO 8601, payload and headers masked (the stored text
+    of one that cannot be read as JSON, ``relay.store.readable``, withheld)."""
     out: dict[str, Any] = {}
     for name, value in row.items():
         if isinstance(value, datetime | date):
             value = value.isoformat()
         elif name in ("payload", "headers"):
             value = masked(value, fields)
+        elif name == "unreadable" and fields:
+            value = {k: {**v, "text": WITHHELD} for k, v in value.items()}
         out[name] = value
     return out
 
 
 __all__ = [
     "MASK",
+    "WITHHELD",
     "BadRequest",
     "act",
     "bounded_id",

@@ -262,8 +262,23 @@ def _run(
 
 
 def _publish(publisher: Publisher, chunk: list[ClaimedEvent], report: ReplayReport) -> int:
-    """Publish one window; the confirmed prefix moves ``last_id``. What the broker did not
-    confirm stops the replay (``report.error``)."""
+    """Publish one window up to its first row no message can carry (``ClaimedEvent.defect``:
+    a row edited by hand since it was sent), which stops the replay there, with why; the
+    confirmed prefix moves ``last_id``. What the broker did not confirm stops it too
+    (``report.error``)."""
+    cut = next((i for i, e in enumerate(chunk) if e.defect is not None), len(chunk))
+    n = _publish_confirmed(publisher, chunk[:cut], report) if cut else 0
+    if report.error is None and cut < len(chunk):
+        bad = chunk[cut]
+        report.error = (
+            f"event {bad.id} cannot be replayed: {bad.defect} (a replay after {bad.id} skips it)"
+        )
+    return n
+
+
+def _publish_confirmed(
+    publisher: Publisher, chunk: list[ClaimedEvent], report: ReplayReport
+) -> int:
     result = publisher.publish(chunk)
     confirmed = {e.id for e in result.confirmed}
     n = 0

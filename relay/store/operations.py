@@ -25,6 +25,7 @@ from relay.store.dialects.keys import KeyStatements
 from relay.store.dialects.purge import SENT_PURGER, RetentionStatements
 from relay.store.engine import json_loads_many
 from relay.store.filters import EventFilter
+from relay.store.readable import readable
 from relay.store.schema import outbox
 from relay.store.transactions import BaseStore, executemany
 
@@ -258,11 +259,13 @@ class OperationsStore(BaseStore):
         )
 
     def event(self, row_id: int) -> dict[str, Any] | None:
-        """Every column of one row, or None when there is no such row."""
+        """Every column of one row, or None when there is no such row; whatever the row holds,
+        read without raising: payload and headers as ``relay.store.readable`` shows them (with
+        ``unreadable``: why and the stored text of each that cannot be shown as JSON)."""
         with self._tx() as conn:
             stmt = self.ops.event_details(self.ops.matching(EventFilter(ids=(row_id,))))
             row = conn.execute(stmt).mappings().first()
-        return None if row is None else _timed(row)
+        return None if row is None else readable(_timed(row), json_loads_many)
 
     def sent_per_minute(self) -> list[dict[str, Any]]:
         """The last hour's sent events and commit-to-sent lag per minute ago, oldest first:

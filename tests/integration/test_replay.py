@@ -20,6 +20,7 @@ from relay.publishers.message import REPLAY_HEADER
 from relay.store.eventids import default_source
 from relay.store.filters import EventFilter
 from relay.store.operations import OperationsStore
+from tests.support import bad_rows
 from tests.support.broker import Collector, Received
 from tests.support.proxy import running_proxy
 from tests.support.relaying import drain
@@ -241,3 +242,36 @@ def test_redis_replay_reaches_the_bound_queue_alone(
     finally:
         consumer.close()
         everything.close()
+
+
+def test_a_sent_row_that_no_message_can_carry_stops_the_replay_there_with_why(
+    engine: sa.Engine, settings: Settings, collector: Collector, target: Collector
+) -> None:
+    """Given a sent row edited by hand into a 5,001-digit payload among sent orders: the replay
+    publishes the orders before it, stops at it naming the row and why (nothing is published
+    for it), and a replay after it delivers the rest."""
+    made, _ = _sent_history(engine, settings, collector, target)
+    edited = bad_rows.BadRow("edited", '{"n": 1' + "0" * 5000 + "}", None, "", event_type="order.x")
+    bad = bad_rows.insert(engine, edited)
+    with Session(engine) as session, session.begin():
+        later = relay.enqueue(session, "order.created", {"late": True})
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE outbox SET status = 'sent', attempt = 1 WHERE id IN (:a, :b)"),
+            {"a": bad, "b": later},
+        )
+    before = sorted(made["k1"] + made["k2"])
+    first = replay_selected(settings, EventFilter(event_type="order.*"), to_queue=target.queue_name)
+    assert not first.complete
+    assert first.error == (
+        f"event {bad} cannot be replayed: payload: an integer of 5,001 digits, more than the "
+        f"4,300 Python converts (store it as a string) (a replay after {bad} skips it)"
+    )
+    assert (first.sent, first.last_id) == (len(before), before[-1])
+    assert [m.outbox_id for m in target.drain(len(before), settle=0.5)] == before
+    target.received.clear()
+    rest = replay_selected(
+        settings, EventFilter(event_type="order.*"), to_queue=target.queue_name, after=bad
+    )
+    assert (rest.matched, rest.sent, rest.complete) == (1, 1, True)
+    assert [m.outbox_id for m in target.drain(1, settle=0.3)] == [later]

@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 
 from relay.store.dialects.clock import FAILED, PENDING, PROCESSING, SENT, lit
-from relay.store.dialects.dispatch_path import Dialect
+from relay.store.dialects.dispatch_path import CLAIM_JSON, Dialect
 from relay.store.filters import EventFilter, like_pattern
 from relay.store.schema import audit, heartbeats, outbox, outbox_progress
 from relay.store.timestamps import UtcDateTime
@@ -220,8 +220,14 @@ class Operations:
         return delete(outbox).where(outbox.c.status == SENT, matching)
 
     def event_details(self, matching: ColumnElement[bool]) -> Select[Any]:
-        """Every column of the rows ``matching`` selects (one event's page)."""
-        return select(*self._readable(outbox.c)).where(matching).order_by(outbox.c.id).limit(2)
+        """Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
+
+        ``relay.store.readable`` decodes payload and headers as a claim does."""
+        columns = [
+            self.dialect.json_text(c).label(c.name) if c.name in CLAIM_JSON else c
+            for c in self._readable(outbox.c)
+        ]
+        return select(*columns).where(matching).order_by(outbox.c.id).limit(2)
 
     def _readable(self, columns: Iterable[ColumnElement[Any]]) -> list[ColumnElement[Any]]:
         """``columns`` with ``created_at`` read as a claim reads it: a dead letter whose time

@@ -108,8 +108,8 @@ WHERE head.next_retry_at IS NULL OR head.next_retry_at <= (UTC_TIMESTAMP(6))), (
 -- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%s, holder=NULL, expires_at=NULL, ran_at=(UTC_TIMESTAMP(6)) WHERE relay_purger.name = %s AND relay_purger.holder = %s;
 
--- event_details: Every column of the rows ``matching`` selects (one event's page).
-SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
+-- event_details: Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s ORDER BY outbox.id
  LIMIT %s;

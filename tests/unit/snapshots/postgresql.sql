@@ -148,8 +148,8 @@ WHERE head.next_retry_at IS NULL OR head.next_retry_at <= now())) AS FLOAT) AS a
 -- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%(b_behind)s::BIGINT, holder=NULL, expires_at=NULL, ran_at=now() WHERE relay_purger.name = %(b_name)s::VARCHAR AND relay_purger.holder = %(b_holder)s::VARCHAR;
 
--- event_details: Every column of the rows ``matching`` selects (one event's page).
-SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
+-- event_details: Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
+SELECT outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER;

@@ -122,8 +122,8 @@ WHERE head.next_retry_at IS NULL OR head.next_retry_at <= (strftime('%Y-%m-%d %H
 -- end_run: Give purger ``b_name``'s lease back and record the run: ``b_behind`` rows left past
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=?, holder=NULL, expires_at=NULL, ran_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_purger.name = ? AND relay_purger.holder = ?;
 
--- event_details: Every column of the rows ``matching`` selects (one event's page).
-SELECT outbox.id, outbox.event_type, outbox.payload, outbox.headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
+-- event_details: Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? ORDER BY outbox.id
  LIMIT ? OFFSET ?;
