@@ -168,12 +168,7 @@ class Pair:
             _wait(lambda: self._streaming(new), FOLLOW_SECONDS, "the old primary streaming")
         except (RuntimeError, TimeoutError):
             how = "rebuilt"
-            if old.running():
-                old.stop("immediate")
-            shutil.rmtree(old.data)
-            old.base_backup(new)
-            old.start(REPLICATED)
-            _wait(lambda: self._streaming(new), 60, "the rebuilt standby streaming")
+            self._rebuild(old, new)
         _sql(new, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()")
         # Everything acknowledged while it was asynchronous is on the standby before the next
         # failover may come: its flush position passes the primary's position of now.
@@ -184,6 +179,15 @@ class Pair:
         )
         _wait(lambda: bool(_sql(new, caught_up)[0]), 60, "the standby synchronous")
         return how
+
+    def _rebuild(self, old: PgServer, new: PgServer) -> None:
+        """Throw ``old``'s data away and make it a fresh standby of ``new``."""
+        if old.running():
+            old.stop("immediate")
+        shutil.rmtree(old.data)
+        old.base_backup(new)
+        old.start(REPLICATED)
+        _wait(lambda: self._streaming(new), 60, "the rebuilt standby streaming")
 
 
 def _rounded(seconds: float | None) -> float | None:
