@@ -2,22 +2,29 @@
 PostgreSQL while 2-3 ``relay dispatch --loop`` relay them to RabbitMQ through fault proxies
 (``tests/support/proxy.py``), and faults drawn at random from a menu hit them every few seconds:
 the database or the broker cut off or frozen, a relay SIGKILLed or SIGTERMed and started again
-(:mod:`bench.chaos_menu`). With ``--bad-rows`` (the default) rows no message can carry are
-written by plain SQL among the good ones (issue 37's).
+(:mod:`bench.chaos_menu`). With ``--failover`` the database is a throw-away PostgreSQL primary
+and synchronous standby behind the relays' proxy, which acts as the writer endpoint, and the
+menu fails it over (stale or silent endpoint) and back; with ``--alarm`` the broker is a
+throw-away RabbitMQ node, and the menu raises its memory alarm (:mod:`bench.chaos_servers`).
+Both are on when this machine has the servers' binaries. With ``--bad-rows`` (the default)
+rows no message can carry are written by plain SQL among the good ones (issue 37's).
 
-Then it checks, and prints as JSON: every good event delivered (ids consumed from a bound
-queue) and no row left pending or processing, duplicates counted, every bad row ``failed`` with
-a ``last_error``, no relay exited on its own (they are restarted, and counted), each SIGTERM
-obeyed within ``timing.STOP_SECONDS``. Exit 0 when all of that held, 1 otherwise. It also
-reports when ``relay probe live`` found a relay stale and for how long (``hung``; the relay is
-sent SIGUSR1 then, so its log shows what it waited on: ``--logs DIR`` keeps the logs), and
-restarts it as Kubernetes would on a failed liveness probe (``--no-restart-hung``: leaves it).
+Then it checks, and prints as JSON: every good event whose commit was acknowledged delivered
+(ids consumed from a bound queue) and no row left pending or processing, duplicates counted,
+every bad row ``failed`` with a ``last_error``, no relay exited on its own (they are restarted,
+and counted), each SIGTERM obeyed within ``timing.STOP_SECONDS``, delivery again within 30 s
+of a failover's endpoint answering from the new primary and within 15 s of an alarm's clear.
+Exit 0 when all of that held, 1 otherwise. It also reports when ``relay probe live`` found a
+relay stale and for how long (``hung``; the relay is sent SIGUSR1 then, so its log shows what
+it waited on: ``--logs DIR`` keeps the logs), and restarts it as Kubernetes would on a failed
+liveness probe (``--no-restart-hung``: leaves it).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import random
@@ -27,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,11 +45,28 @@ from sqlalchemy.orm import Session
 
 import relay
 from bench import services
-from bench.chaos_menu import BAD_ROWS, FAULTS, Injector, Relay, stop_all, write_bad_row
+from bench.chaos_menu import (
+    ALARM,
+    BAD_ROWS,
+    FAILOVER,
+    Injector,
+    Relay,
+    menu,
+    stop_all,
+    write_bad_row,
+)
+from bench.chaos_servers import (
+    Pair,
+    alarm_possible,
+    failover_pair,
+    failover_possible,
+    sent_count,
+)
 from relay.config import timing
 from relay.store.engine import create_engine
 from relay.store.schema import outbox
 from tests.support.proxy import TcpProxy
+from tests.support.rabbitserver import started_node
 
 #: The relays' settings: short leases and backoffs, so a soak of minutes sees many recoveries.
 SETTINGS = {
@@ -52,15 +77,40 @@ SETTINGS = {
 }
 
 
-def _produce(engine: sa.Engine, rate: float, until: threading.Event, ids: list[int]) -> None:
-    """Commit good events at ``rate`` a second, ten per transaction, until ``until``."""
-    start, n = time.monotonic(), 0
-    while not until.is_set():
-        with Session(engine) as session, session.begin():
-            batch = [relay.enqueue(session, "chaos.good", {"n": n + i}) for i in range(10)]
-        ids.extend(batch)
-        n += len(batch)
-        until.wait(max(0.0, start + n / rate - time.monotonic()))  # pacing, not a synchronisation
+@dataclass
+class _Producer:
+    """Commits good events at ``rate`` a second, ten per transaction, to ``url`` (straight to
+    the server, or through the writer endpoint a failover moves) until ``until``. Only a commit
+    the server acknowledged counts (``acknowledged``): the events of one that raised at its
+    commit are ``uncertain`` (it may have landed); a refused transaction (the endpoint on a
+    read-only server, or none) is counted and tried again on a new connection soon after."""
+
+    url: str
+    rate: float
+    until: threading.Event
+    acknowledged: list[int] = field(default_factory=list)
+    uncertain: list[int] = field(default_factory=list)
+    refused: int = 0
+
+    def run(self) -> None:
+        engine = create_engine(self.url)
+        start, n = time.monotonic(), 0
+        while not self.until.is_set():
+            batch: list[int] = []
+            try:
+                with Session(engine) as session, session.begin():
+                    batch = [relay.enqueue(session, "chaos.good", {"n": n + i}) for i in range(10)]
+            except sa.exc.SQLAlchemyError:
+                self.uncertain.extend(batch)
+                self.refused += 1
+                engine.dispose()
+                self.until.wait(0.2)  # a refused transaction: again soon, on a new connection
+                continue
+            self.acknowledged.extend(batch)
+            n += len(batch)
+            # Pacing, not a synchronisation.
+            self.until.wait(max(0.0, start + n / self.rate - time.monotonic()))
+        engine.dispose()
 
 
 def _consume(url: str, queue: str, quiet: float = 3.0) -> collections.Counter[int]:
@@ -168,34 +218,61 @@ def run(
     seed: int,
     keep_logs: str | None = None,
     restart_hung: bool = True,
+    failover: bool = False,
+    alarm: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    faults = FAULTS
+    faults = menu(failover=failover, alarm=alarm)
     began, began_at = time.monotonic(), time.time()
-    with (
-        services.database("chaos") as url,
-        services.route(services.AMQP_URL, "chaos") as route,
-        tempfile.TemporaryDirectory(prefix="relay-chaos-") as tmp,
-    ):
-        engine = create_engine(url)
+    with contextlib.ExitStack() as servers:
+        tmp = servers.enter_context(tempfile.TemporaryDirectory(prefix="relay-chaos-"))
+        if failover:
+            primary, standby, url = servers.enter_context(failover_pair())
+        else:
+            url = servers.enter_context(services.database("chaos"))
+        rabbit = servers.enter_context(started_node()) if alarm else None
+        amqp_url = rabbit.url if rabbit is not None else services.AMQP_URL
+        route = servers.enter_context(services.route(amqp_url, "chaos"))
         db_at = sa.make_url(url)
-        amqp = urlsplit(services.AMQP_URL)
+        amqp = urlsplit(amqp_url)
         db = TcpProxy((db_at.host or "127.0.0.1", db_at.port or 5432))
         broker = TcpProxy((amqp.hostname or "127.0.0.1", amqp.port or 5672))
+        proxies = [db, broker]
+        pair: Pair | None = None
+        if failover:
+            # The producer's own way to the writer endpoint: moved with the relays' by a
+            # failover, never cut, stalled or frozen by the relays' faults.
+            app = TcpProxy((db_at.host or "127.0.0.1", db_at.port or 5432))
+            proxies.append(app)
+            pair = Pair(primary, standby, (db, app))
+            produce_url, engine_now = app.url_for(url), pair.engine
+        else:
+            produce_url, direct = url, create_engine(url)
+            engine_now = lambda: direct  # noqa: E731 (one engine for the whole soak)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
         env |= SETTINGS | {
             "RELAY_DATABASE_URL": db.url_for(url),
-            "RELAY_BROKER_URL": broker.url_for(services.AMQP_URL),
+            "RELAY_BROKER_URL": broker.url_for(amqp_url),
             "RELAY_EXCHANGE": route.exchange_name,
             "PYTHONUNBUFFERED": "1",
         }
         fleet = [Relay(f"relay-{i}", env, Path(tmp)) for i in range(relays)]
-        injector = Injector(fleet, db, broker, rng, faults)
-        good: list[int] = []
-        bad: dict[int, str] = {}
+        injector = Injector(
+            fleet,
+            db,
+            broker,
+            rng,
+            faults,
+            pair=pair,
+            node=rabbit,
+            sent=lambda: sent_count(engine_now()),
+        )
         done = threading.Event()
+        produced = _Producer(produce_url, rate, done)
+        good, uncertain = produced.acknowledged, produced.uncertain
+        bad: dict[int, str] = {}
         restarted: collections.Counter[str] = collections.Counter()
-        producer = threading.Thread(target=_produce, args=(engine, rate, done, good), daemon=True)
+        producer = threading.Thread(target=produced.run, daemon=True)
         try:
             for r in fleet:
                 r.start()
@@ -207,7 +284,7 @@ def run(
             while time.monotonic() < end:
                 if bad_rows and time.monotonic() >= next_bad:
                     kind = rng.choice(list(BAD_ROWS))
-                    bad[write_bad_row(engine, kind)] = kind
+                    bad[write_bad_row(engine_now(), kind)] = kind
                     next_bad += rng.uniform(5, 15)
                 if time.monotonic() >= next_fault:
                     injector.one(lambda: time.monotonic() >= end)
@@ -221,26 +298,26 @@ def run(
             drain_deadline = faults_over + 180
             while time.monotonic() < drain_deadline:
                 _tend(fleet, restart_hung, restarted, injector.stop_seconds)
-                s = _statuses(engine)
+                s = _statuses(engine_now())
                 if not s.get("pending") and not s.get("processing"):
                     break
                 time.sleep(0.5)
             drain_seconds = time.monotonic() - faults_over
             for r in fleet:
                 r.look(alive=False)
-            unfinished = _unfinished(engine, fleet)
+            unfinished = _unfinished(engine_now(), fleet)
             final_stop = stop_all(fleet)
         finally:
             done.set()
             for r in fleet:
                 if r.alive() and r.proc is not None:
                     r.proc.send_signal(signal.SIGKILL)
-            for proxy in (db, broker):
+            for proxy in proxies:
                 _close_soon(proxy)
-        received = _consume(services.AMQP_URL, route.queue_name)
-        rows = _rows(engine, list(bad))
-        statuses = _statuses(engine)
-        engine.dispose()
+        received = _consume(amqp_url, route.queue_name)
+        rows = _rows(engine_now(), list(bad))
+        statuses = _statuses(engine_now())
+        engine_now().dispose()
         logs = {r.name: r.log.read_text(errors="replace") for r in fleet}
         if keep_logs:
             Path(keep_logs).mkdir(parents=True, exist_ok=True)
@@ -248,7 +325,9 @@ def run(
                 shutil.copy(r.log, Path(keep_logs) / r.log.name)
     good_set = set(good)
     missing = sorted(good_set - set(received))
-    stray = sorted(set(received) - good_set - set(bad))
+    # An uncertain commit may have landed (a commit the server made and could not confirm):
+    # delivering it is no fault, and it is no stray.
+    stray = sorted(set(received) - good_set - set(bad) - set(uncertain))
     bad_report = {
         str(i): {
             "kind": kind,
@@ -266,6 +345,13 @@ def run(
         for code, tail in r.own_exits
     ]
     stops = injector.stop_seconds + final_stop
+    # Delivery again after a failover's endpoint answered from the new primary, after an
+    # alarm cleared (None: not within the bound).
+    resumed = {
+        kind: [e.get("resumed_seconds") for e in injector.log if e["fault"] == kind]
+        for kind in (FAILOVER, ALARM)
+        if kind in faults
+    }
     slow_stops = [t for t in stops if t is None or t > timing.STOP_SECONDS]
     result = {
         "minutes": minutes,
@@ -274,6 +360,8 @@ def run(
         "seed": seed,
         "bad_rows": bad_rows,
         "revision": services.git_revision(),
+        "failover": failover,
+        "alarm": alarm,
         "faults": injector.counts(),
         "fault_log": [e | {"at": round(float(str(e["at"])) - began_at, 1)} for e in injector.log],
         "good_events": len(good_set),
@@ -281,6 +369,9 @@ def run(
         "missing": len(missing),
         "missing_ids": missing[:50],
         "duplicates": sum(n - 1 for i, n in received.items() if i in good_set),
+        "refused_transactions": produced.refused,
+        "uncertain_commits": len(set(uncertain) - good_set),
+        "uncertain_delivered": len((set(uncertain) - good_set) & set(received)),
         "stray_messages": len(stray),
         "bad_rows_written": len(bad),
         "bad_rows_not_failed": len(bad_not_failed),
@@ -295,15 +386,18 @@ def run(
             for r in fleet
             if r.hung
         },
+        "resumed_seconds": resumed,
+        "resumed_slower_than_bound": sum(t is None for ts in resumed.values() for t in ts),
         "drain_after_faults_seconds": round(drain_seconds, 1),
         "statuses": statuses,
         "unfinished_after_drain": unfinished,
         "wall_seconds": round(time.monotonic() - began, 1),
         "forced_stops_logged": sum(log.count("still stopping") for log in logs.values()),
     }
-    result["ok"] = not (missing or own_exits or slow_stops or stray or unfinished) and (
-        not bad_rows or not bad_not_failed
-    )
+    slow_resumes = result["resumed_slower_than_bound"]
+    result["ok"] = not (
+        missing or own_exits or slow_stops or stray or unfinished or slow_resumes
+    ) and (not bad_rows or not bad_not_failed)
     return result
 
 
@@ -328,11 +422,39 @@ def main(argv: list[str] | None = None) -> int:
         help="SIGTERM and restart a relay `relay probe live` finds stale, as Kubernetes would "
         "(--no-restart-hung: leave it, and see what its leases hold)",
     )
+    p.add_argument(
+        "--failover",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the database is a throw-away PostgreSQL primary and standby, failed over at random "
+        "(default: when this machine has PostgreSQL's server binaries)",
+    )
+    p.add_argument(
+        "--alarm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the broker is a throw-away RabbitMQ node, its memory alarm raised at random "
+        "(default: when this machine has rabbitmq-server and erl)",
+    )
     ns = p.parse_args(argv)
+    failover = failover_possible() if ns.failover is None else ns.failover
+    alarm = alarm_possible() if ns.alarm is None else ns.alarm
+    if failover and not failover_possible():
+        p.error("--failover needs PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup)")
+    if alarm and not alarm_possible():
+        p.error("--alarm needs rabbitmq-server and erl")
     # A stopped soak (SIGTERM) still kills its relays, closes its proxies, drops its database.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(
-        ns.minutes, ns.relays, ns.rate, ns.bad_rows, ns.seed, ns.logs, restart_hung=ns.restart_hung
+        ns.minutes,
+        ns.relays,
+        ns.rate,
+        ns.bad_rows,
+        ns.seed,
+        ns.logs,
+        restart_hung=ns.restart_hung,
+        failover=failover,
+        alarm=alarm,
     )
     text = json.dumps(result, indent=2, default=str)
     if ns.out:

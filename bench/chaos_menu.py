@@ -15,9 +15,11 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from bench import procs
+from bench.chaos_servers import FAILOVER_VARIANTS, Pair, alarm
 from relay.commands import probe
 from relay.config import timing
 from tests.support.proxy import TcpProxy
+from tests.support.rabbitserver import RabbitNode
 
 #: Rows the database accepts and no message can carry (issue 37), written among the good ones.
 BAD_ROWS: dict[str, str] = {
@@ -41,6 +43,18 @@ FAULTS = (
     "sigkill",
     "sigterm",
 )
+#: Production's own faults, each on a throw-away server of the soak's (``--failover``,
+#: ``--alarm``): PostgreSQL failing over behind the writer endpoint (stale or silent), and a
+#: memory alarm on the RabbitMQ node the relays publish to (publishers blocked). Each lasts
+#: 2-8 s and is dealt twice a round: they are what issue 38 measured, and the slowest.
+FAILOVER = "db-failover"
+ALARM = "broker-alarm"
+WEIGHTS = {FAILOVER: 2, ALARM: 2}
+
+
+def menu(*, failover: bool, alarm: bool) -> tuple[str, ...]:
+    """:data:`FAULTS`, with the faults of production the soak's servers allow."""
+    return FAULTS + (FAILOVER,) * failover + (ALARM,) * alarm
 
 
 def write_bad_row(engine: sa.Engine, kind: str) -> int:
@@ -142,20 +156,35 @@ class Relay:
 
 @dataclass
 class Injector:
-    """Draws faults from :data:`FAULTS` and applies them; keeps the record."""
+    """Deals faults from ``faults`` in rounds (each fault of the menu once a round, those of
+    :data:`WEIGHTS` that many times, in a random order: a soak covers the whole menu rather
+    than leaving a fault out by chance) and applies them; keeps the record. ``pair`` and
+    ``node`` are the soak's own servers for :data:`FAILOVER` and :data:`ALARM`; ``sent``
+    counts the rows sent, to time delivery's return after an alarm."""
 
     relays: list[Relay]
     db: TcpProxy
     broker: TcpProxy
     rng: random.Random
     faults: tuple[str, ...] = FAULTS
+    pair: Pair | None = None
+    node: RabbitNode | None = None
+    sent: Callable[[], int] | None = None
     log: list[dict[str, object]] = field(default_factory=list)
     #: Seconds each SIGTERMed relay took to exit (None: it had to be killed).
     stop_seconds: list[float | None] = field(default_factory=list)
+    _deck: list[str] = field(default_factory=list)
+
+    def _deal(self) -> str:
+        if not self._deck:
+            self._deck = [f for f in dict.fromkeys(self.faults) for _ in range(WEIGHTS.get(f, 1))]
+            self.rng.shuffle(self._deck)
+        return self._deck.pop()
 
     def one(self, stop: Callable[[], bool]) -> None:
-        """Apply one fault: a proxy fault lasts 2-8 s (ended early when ``stop()`` turns true)."""
-        kind = self.rng.choice(self.faults)
+        """Apply one fault: a proxy fault, a failover's wrong endpoint or an alarm lasts 2-8 s
+        (ended early when ``stop()`` turns true)."""
+        kind = self._deal()
         at = time.time()
         entry: dict[str, object] = {"fault": kind, "at": at}
         if kind == "sigkill":
@@ -165,13 +194,16 @@ class Injector:
             relay.start()
         elif kind == "sigterm":
             entry |= self._sigterm()
+        elif kind == FAILOVER:
+            assert self.pair is not None, "a failover needs the soak's primary and standby"
+            variant = self.rng.choice(FAILOVER_VARIANTS)
+            entry |= self.pair.fail_over(variant, lambda: self._hold(entry, stop))
+        elif kind == ALARM:
+            assert self.node is not None, "an alarm needs the soak's RabbitMQ node"
+            assert self.sent is not None
+            entry |= alarm(self.node, lambda: self._hold(entry, stop), self.sent)
         else:
             proxy = self.db if kind.startswith("db") else self.broker
-            seconds = self.rng.uniform(2.0, 8.0)
-            entry["seconds"] = round(seconds, 1)
-            # A third of them also SIGTERM a relay halfway through (restarted while the fault
-            # lasts): the stop bound while a server is gone or frozen, and a start into an outage.
-            term_at = time.monotonic() + seconds / 2 if self.rng.random() < 1 / 3 else None
             if kind.endswith("cut"):
                 proxy.cut()
             elif kind.endswith("freeze"):
@@ -179,14 +211,24 @@ class Injector:
             else:
                 proxy.stall()
             try:
-                end = time.monotonic() + seconds
-                while time.monotonic() < end and not stop():
-                    if term_at is not None and time.monotonic() >= term_at:
-                        entry["sigterm"], term_at = self._sigterm(), None
-                    time.sleep(0.1)  # the fault's duration: the scenario, not a synchronisation
+                self._hold(entry, stop)
             finally:
                 proxy.restore()
+        entry["took"] = round(time.time() - at, 1)
         self.log.append(entry)
+
+    def _hold(self, entry: dict[str, object], stop: Callable[[], bool]) -> None:
+        """Let a fault last 2-8 s. A third of them also SIGTERM a relay halfway through
+        (restarted while the fault lasts): the stop bound while a server is gone, frozen or
+        blocking, and a start into an outage."""
+        seconds = self.rng.uniform(2.0, 8.0)
+        entry["seconds"] = round(seconds, 1)
+        term_at = time.monotonic() + seconds / 2 if self.rng.random() < 1 / 3 else None
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not stop():
+            if term_at is not None and time.monotonic() >= term_at:
+                entry["sigterm"], term_at = self._sigterm(), None
+            time.sleep(0.1)  # the fault's duration: the scenario, not a synchronisation
 
     def _sigterm(self) -> dict[str, object]:
         """SIGTERM a relay, time its exit, start it again."""

@@ -153,33 +153,52 @@ class RabbitNode:
             process.wait(timeout=30)
 
 
-def _sbin() -> Path:
+class NoRabbitBinaries(RuntimeError):
+    """No rabbitmq-server/erl binaries for a throw-away RabbitMQ node (Debian: ``apt-get
+    install rabbitmq-server``)."""
+
+
+def installed_sbin() -> Path | None:
+    """:func:`find_sbin`, when Erlang's ``erl`` is there to run it."""
     sbin = find_sbin()
-    if sbin is None or shutil.which("erl") is None:
-        message = "no rabbitmq-server/erl binaries for a throw-away RabbitMQ node"
-        if services.IN_CI:
-            pytest.fail(f"{message}; CI requires them", pytrace=False)
-        pytest.skip(message)
-    return sbin
+    return sbin if sbin is not None and shutil.which("erl") is not None else None
+
+
+@contextmanager
+def started_node(
+    config: Mapping[str, str] | None = None, cookie: str | None = None
+) -> Iterator[RabbitNode]:
+    """A started :class:`RabbitNode` with ``config`` (``rabbitmq.conf`` keys), killed and
+    deleted on exit whatever happened; raises :class:`NoRabbitBinaries` when RabbitMQ is not
+    installed (outside pytest: the chaos soak's)."""
+    sbin = installed_sbin()
+    if sbin is None:
+        raise NoRabbitBinaries(NoRabbitBinaries.__doc__)
+    root = Path(tempfile.mkdtemp(prefix="relay-rabbit-"))
+    rabbit = RabbitNode(sbin, root, config or {}, cookie)
+    try:
+        rabbit.start()
+        yield rabbit
+    finally:
+        try:
+            rabbit.kill()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
 def throwaway_node(
     config: Mapping[str, str] | None = None, cookie: str | None = None
 ) -> Iterator[RabbitNode]:
-    """A started :class:`RabbitNode` with ``config`` (``rabbitmq.conf`` keys), killed and
-    deleted on exit whatever happened. Skips the test when RabbitMQ is not installed."""
-    sbin = _sbin()
-    root = Path(tempfile.mkdtemp(prefix="relay-rabbit-"))
-    node = RabbitNode(sbin, root, config or {}, cookie)
-    try:
-        node.start()
-        yield node
-    finally:
-        try:
-            node.kill()
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    """:func:`started_node` for a test: skipped when RabbitMQ is not installed (failed under
+    ``CI``)."""
+    if installed_sbin() is None:
+        message = "no rabbitmq-server/erl binaries for a throw-away RabbitMQ node"
+        if services.IN_CI:
+            pytest.fail(f"{message}; CI requires them", pytrace=False)
+        pytest.skip(message)
+    with started_node(config, cookie) as started:
+        yield started
 
 
 @contextmanager
