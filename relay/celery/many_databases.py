@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 #: A database whose written-rows figure did not move is still counted this often by each
 #: worker process's ticks (and its tick heartbeat written then, for ``relay doctor``).
 COUNT_NET_SECONDS = 10.0
+#: A tick counts at most this many databases at once (``RELAY_MAX_CONNECTIONS`` if lower):
+#: a count is one short statement, so more at once would only add connections.
+COUNTS_AT_ONCE = 10
 #: A worker process looks at a ``RELAY_DATABASES=@PATH`` file at most this often.
 RELOAD_CHECK_SECONDS = 1.0
 
@@ -265,8 +268,8 @@ def backlogs(
     chosen = list(runtimes.by_name) if names is None else list(names)
     if not chosen:
         return found
-    # At most RELAY_MAX_CONNECTIONS at once, each given back after its count.
-    most = min(len(chosen), runtimes.settings.max_connections)
+    # At most COUNTS_AT_ONCE (or RELAY_MAX_CONNECTIONS) at once, each given back after its count.
+    most = min(len(chosen), runtimes.settings.max_connections, COUNTS_AT_ONCE)
     pool = ThreadPoolExecutor(max_workers=most, thread_name_prefix="relay-count")
     try:
         asked = {

@@ -115,7 +115,9 @@ class Settings:
     #: fleet's workers (``relay.config.databases``); None: one.
     databases: str | None = None
     #: Several databases: most connections ``relay dispatch`` holds in all (wake-ups included).
-    max_connections: int = 10
+    #: 20 leaves 80 of a default PostgreSQL's 100 to its applications, and gives a trickle in
+    #: 100 busy databases sub-second delivery where 10 did not (docs/many-databases.md).
+    max_connections: int = 20
     #: Several databases: most of those to one server (host:port); None: ``max_connections``.
     max_server_connections: int | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.

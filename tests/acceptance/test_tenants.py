@@ -36,7 +36,7 @@ def test_twenty_databases_and_one_down_relay_once_within_the_budget(
 ) -> None:
     """20 databases x 100 events and a database that is down, one process at the defaults:
     every event reaches the broker once and every row ends sent; at most
-    RELAY_MAX_CONNECTIONS (10) connections to the tenants at any sample, one (the server's
+    RELAY_MAX_CONNECTIONS (20) connections to the tenants at any sample, one (the server's
     wake-up) once idle; the trickle's p99 under 1.5 s (a generous bound for a loaded 2-core
     machine: docs/benchmarks.md has the measured figures); no application commit refused;
     SIGTERM obeyed with exit status 0; the process under 1 GiB."""
@@ -46,7 +46,7 @@ def test_twenty_databases_and_one_down_relay_once_within_the_budget(
         )
     assert result["delivered"] == result["expected"] == TENANTS * 100, result
     assert result["unfinished_rows_at_end"] == 0, result
-    assert result["peak_connections"] <= 10, result
+    assert result["peak_connections"] <= 20, result
     assert result["idle_connections"] <= 1, result
     assert result["trickle"]["events"] == TENANTS * 5, result
     assert result["trickle"]["p99_ms"] < 1500, result
@@ -65,16 +65,16 @@ def test_a_noisy_tenant_does_not_starve_the_quiet_ones(
     assert result["noisy_left_after_trickle"] > 0, "the trickle did not overlap the backlog"
     assert result["trickle"]["p99_ms"] < 1500, result
     assert result["unfinished_rows_at_end"] == 0, result
-    assert result["peak_connections"] <= 10, result
+    assert result["peak_connections"] <= 20, result
 
 
 def test_the_celery_fleet_relays_ten_databases_within_the_budget(
     backend_pool: databases.BackendPool, amqp_url: str
 ) -> None:
     """Beat and two solo workers at the defaults over 10 databases x 100 events: every event
-    once; at most the issue's 25 connections at any sample (RELAY_MAX_CONNECTIONS for a
-    tick's counts, twice when a slow tick overlaps the next, plus one per worker process and
-    beat's wake-up), one (the wake-up) once idle; the trickle's p99 under 1.5 s."""
+    once; at most the issue's 25 connections at any sample (10 for a tick's counts, twice
+    when a slow tick overlaps the next, plus one per worker process and beat's wake-up), one
+    (the wake-up) once idle; the trickle's p99 under 1.5 s."""
     with _tenants(backend_pool, 10) as urls:
         result = tenants.measure(urls, amqp_url, backlog=100, trickle_seconds=5.0, celery_workers=2)
     assert result["delivered"] == result["expected"] == 1000, result

@@ -39,7 +39,7 @@ BAD_VALUES = [
     ("RELAY_QUEUE", "q" * 256, "255 bytes"),
     ("RELAY_MAX_FANOUT", "0", "1..1000"),
     ("RELAY_MAX_CONNECTIONS", "1", ">= 2"),
-    ("RELAY_MAX_SERVER_CONNECTIONS", "11", "must be 2..RELAY_MAX_CONNECTIONS=10"),
+    ("RELAY_MAX_SERVER_CONNECTIONS", "21", "must be 2..RELAY_MAX_CONNECTIONS=20"),
     ("RELAY_RETENTION_SECONDS", "-5", ">= 0"),
     ("RELAY_DELETE_ON_SEND", "maybe", "is not a boolean"),
     ("RELAY_PURGE_INTERVAL_SECONDS", "0", "> 0"),
