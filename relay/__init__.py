@@ -77,7 +77,7 @@ __all__ = [
     "replay",
     "transport_options",
 ]
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 #: The names loaded on first use: ``(module, attribute)``.
 _LAZY = {
