@@ -165,7 +165,7 @@ def test_the_doctor_reports_the_budget_and_each_servers_headroom(pgs: list[str])
     found = {c.name: c for c in doctor_budget.checks(settings)}
     assert found["connection budget"].status == "pass"
     assert (
-        "10 connections at most for 2 databases on 1 servers" in found["connection budget"].detail
+        "20 connections at most for 2 databases on 1 servers" in found["connection budget"].detail
     )
     server = next(c for n, c in found.items() if n.startswith("connections on"))
     assert "max_connections" in server.detail, server
