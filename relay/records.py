@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -232,6 +233,14 @@ def decode_each(
     for text in texts:
         if text is None:
             out.append((None, None))
+            continue
+        if isinstance(text, int | float) and not isinstance(text, bool):
+            # SQLite keeps JSON text that reads as a number as that number (the column's
+            # numeric affinity): it is the JSON value, unless it overflowed a double.
+            if isinstance(text, float) and not math.isfinite(text):
+                out.append((None, f"a number beyond a double ({text}): SQLite stored it so"))
+            else:
+                out.append((text, None))
             continue
         try:
             out.append((loads_many([text])[0], None))

@@ -100,6 +100,34 @@ def test_each_bad_row_carries_its_own_reason_and_its_batch_reads_as_usual(
 
 
 @pytest.mark.parametrize(
+    ("stored", "payload", "defect"),
+    [
+        (42, 42, None),
+        (1.5, 1.5, None),
+        (1.2345678901234567e19, 1.2345678901234567e19, None),
+        (float("inf"), None, "payload: a number beyond a double (inf): SQLite stored it so"),
+        (float("nan"), None, "payload: a number beyond a double (nan)"),
+    ],
+)
+def test_a_payload_sqlite_kept_as_a_number_is_that_json_number(
+    stored: Any, payload: Any, defect: str | None
+) -> None:
+    """SQLite stores JSON text that reads as a number (``'42'``, ``'1.5'``) as that number:
+    the claim reads it as the JSON value it was (it was dead-lettered with a TypeError), and
+    one that overflowed a double (``'1e999'``, a 5,001-digit integer) is the row's defect."""
+    events = ClaimedEvent.from_claims(
+        [_row(1, *GOOD), _row(2, stored, None)], json_loads_many, "/src"
+    )
+    assert events[0].payload == {"n": 1}
+    assert events[1].payload == payload
+    if defect is None:
+        assert events[1].defect is None
+    else:
+        assert events[1].defect is not None
+        assert events[1].defect.startswith(defect), events[1].defect
+
+
+@pytest.mark.parametrize(
     ("created_at", "defect"),
     [
         (NOW, None),
