@@ -77,6 +77,13 @@ BAD_ROWS = (
     ),
     BadRow("payload-not-json", "not json", None, r"^payload: not JSON: ", frozenset({"sqlite"})),
     BadRow("headers-not-json", '{"n": 1}', "{oops", r"^headers: not JSON: ", frozenset({"sqlite"})),
+    BadRow(  # SQLite keeps JSON text that reads as a number as a number: this one as infinity
+        "bare-number-beyond-a-double",
+        "1e999",
+        None,
+        r"^payload: a number beyond a double \(inf\)",
+        frozenset({"sqlite"}),
+    ),
     # A time the database keeps and Python's datetime cannot hold: psycopg refuses to load
     # PostgreSQL's infinities, PyMySQL hands MariaDB's zero date over as text, and SQLite
     # keeps any value (epoch seconds from another language, or a word).
