@@ -38,7 +38,7 @@ def _setup(namespace: dict[str, Any]) -> None:
     """A fresh folder, no RELAY_* variable, the relay's tables migrated on the default."""
     from kombu.transport import filesystem
 
-    from relay.store import upgrade
+    from relay.store.schema import upgrade
 
     folder = Path(tempfile.mkdtemp(prefix="relay-docs-"))
     saved_env = {k: v for k, v in os.environ.items() if k.startswith("RELAY_")}

@@ -38,7 +38,7 @@ from relay.publishers import message
 from relay.publishers.kombu_connection import kombu_message
 from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import normalize_url
 
 

@@ -64,7 +64,7 @@ from bench.chaos_servers import (
 )
 from relay.config import timing
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.proxy import TcpProxy
 from tests.support.rabbitserver import started_node
 

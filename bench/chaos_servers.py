@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from relay.store import upgrade
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema import upgrade
+from relay.store.schema.tables import outbox
 from tests.support.proxy import TcpProxy
 from tests.support.rabbitserver import RabbitNode, installed_sbin
 from tools.pgserver import REPLICATED, PgServer, find_bindir, replicated_pair

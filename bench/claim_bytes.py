@@ -18,7 +18,7 @@ from typing import Any
 
 from bench import rows, services
 from relay.config import Settings
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
 
 

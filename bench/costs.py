@@ -39,7 +39,7 @@ from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
 from relay.publishers import message
 from relay.store.engine import create_engine
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 
 METRICS_BATCH = 100
 #: How often the "on" runs are scraped: far more often than a Prometheus server would.

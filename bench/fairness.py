@@ -3,7 +3,7 @@ quiet database's events while another database of the same fleet drains a large 
 against the quiet database alone, same relay processes, same run.
 
 ``relay dispatch --loop`` (one process over both databases within its connection budget,
-``RELAY_DATABASES``; :mod:`relay.dispatch.tenants`) over two PostgreSQL databases, ``busy``
+``RELAY_DATABASES``; :mod:`relay.runners.many.workers`) over two PostgreSQL databases, ``busy``
 and ``quiet``, at the defaults (the wake-up on). A producer commits one ``quiet.tick`` row
 every ``1/rate`` s into ``quiet``, noting ``time.monotonic()`` just before each COMMIT; a
 consumer bound to ``quiet.#`` notes each arrival on the same clock. Phase "alone": ``busy`` is

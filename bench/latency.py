@@ -42,7 +42,7 @@ from relay.celery import celery_config
 from relay.celery.wakeup import Waker
 from relay.config import Settings
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 
 DISPATCH, CELERY = "x relay dispatch --loop", "Celery workers"
 STYLES = ["plain SQL", "enqueue, Core", "enqueue, Session"]

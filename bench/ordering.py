@@ -24,7 +24,7 @@ import relay
 from bench import procs, rows, services
 from bench.timing import Workload, drain_once
 from relay.store.engine import create_engine
-from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import outbox, outbox_progress, outbox_sequence
 
 BACKENDS = ("postgresql", "mariadb")
 KEYS = [0, 1, 10, 100]  # 0: without keys

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench import rows, services
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 
 #: psycopg's own default, which the relay's engines override.
 PSYCOPG_DEFAULT_THRESHOLD = 5

@@ -45,8 +45,8 @@ import sqlalchemy as sa
 
 from bench import procs, rows, services
 from bench.timing import percentile, relay_env
-from relay.store.retention import RetentionStore
-from relay.store.schema import outbox
+from relay.store.operations.retention import RetentionStore
+from relay.store.schema.tables import outbox
 from tools import mariaserver, pgserver
 
 RETENTION_SECONDS = 60

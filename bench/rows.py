@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from relay.records import ClaimedEvent
-from relay.store.schema import outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import outbox, outbox_progress, outbox_sequence
 
 EVENT_TYPE = "order.created"
 #: Fixed fields of every payload; ``n`` (the row number) is added per event.

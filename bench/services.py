@@ -21,7 +21,7 @@ import kombu
 import redis
 import sqlalchemy as sa
 
-from relay.store import upgrade
+from relay.store.schema import upgrade
 
 #: Admin URLs of the database servers (a database is created per measurement on each).
 ADMIN_URLS = {

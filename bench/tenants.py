@@ -38,7 +38,7 @@ from sqlalchemy.pool import NullPool
 from bench import procs
 from bench.services import AMQP_URL, PG_ADMIN_URL, loadavg
 from bench.timing import Arrivals, latency_summary
-from relay.store import upgrade
+from relay.store.schema import upgrade
 
 #: The bench's own connections say so, to be told apart from the relay's.
 APP = "relay-bench-app"

@@ -37,7 +37,7 @@ from bench import services, writers_indexes, writers_relayed, writers_server
 from bench.timing import ratio
 from bench.writing import median, rate, write, writer_pool
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 
 #: Migration 0004's trigger, on its own channel so that it wakes nobody.
 NOTIFY_ALWAYS = (

@@ -21,7 +21,7 @@ from bench import services
 from bench.timing import ratio
 from bench.writing import median, rate, write, writer_pool
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 
 #: The indexes a pending, unkeyed row enters besides the primary key, per database.
 ENTERED = {

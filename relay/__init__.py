@@ -51,11 +51,11 @@ from relay.exceptions import (
 from relay.records import Status
 
 if TYPE_CHECKING:
-    from relay.dispatch.replayer import ReplayReport, replay
     from relay.produce.enqueue import Producer, configure, enqueue, lock_keys
     from relay.publishers.transports import transport_options
+    from relay.replays.replayer import ReplayReport, replay
     from relay.store.engine import create_engine
-    from relay.store.upgrade import upgrade as migrate
+    from relay.store.schema.upgrade import upgrade as migrate
 
 __all__ = [
     "BrokerUnavailable",
@@ -86,10 +86,10 @@ _LAZY = {
     "enqueue": ("relay.produce.enqueue", "enqueue"),
     "lock_keys": ("relay.produce.enqueue", "lock_keys"),
     "create_engine": ("relay.store.engine", "create_engine"),
-    "migrate": ("relay.store.upgrade", "upgrade"),
+    "migrate": ("relay.store.schema.upgrade", "upgrade"),
     "transport_options": ("relay.publishers.transports", "transport_options"),
-    "replay": ("relay.dispatch.replayer", "replay"),
-    "ReplayReport": ("relay.dispatch.replayer", "ReplayReport"),
+    "replay": ("relay.replays.replayer", "replay"),
+    "ReplayReport": ("relay.replays.replayer", "ReplayReport"),
 }
 
 

@@ -8,9 +8,9 @@ Tree (and where each is raised)::
     ├── EventError              enqueue() refused an event (names the field); nothing was written
     │                             relay.produce.enqueue; also a ValueError
     ├── SelectorError           an operator's action selected nothing and did not say "all"
-    │                             relay.store.filters
+    │                             relay.store.operations.filters
     ├── ReplayRefused           a replay that cannot start: an unknown queue, nothing to replay
-    │                             relay.publishers.queue_replay, relay.dispatch.replayer
+    │                             relay.publishers.queue_replay, relay.replays.replayer
     ├── StoreError              the outbox database failed
     │   │                         relay.store (SQLAlchemy errors, ``from exc``)
     │   └── DatabaseUnavailable the database could not be reached; retryable

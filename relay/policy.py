@@ -3,7 +3,8 @@ retry loops. Randomness is passed in; nothing here reads a clock or does I/O.
 
 The other pure decisions live beside their users: :mod:`relay.dispatch.decisions` (a failed
 attempt's outcome, the circuit breaker), :mod:`relay.dispatch.batching`,
-:mod:`relay.dispatch.polling`, :mod:`relay.dispatch.pacing`, :mod:`relay.store.lease_sweep`, and
+:mod:`relay.wakeup.polling`, :mod:`relay.retention.pacing`,
+:mod:`relay.store.dispatch_path.lease_sweep`, and
 ``share_fanout`` in :mod:`relay.celery.many_databases`.
 """
 

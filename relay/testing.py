@@ -105,7 +105,8 @@ class Row:
 
 @dataclass
 class InMemoryStore:
-    """The dispatch path's store (:class:`relay.store.protocol.Store`) in plain Python.
+    """The dispatch path's store (:class:`relay.store.dispatch_path.protocol.Store`) in plain
+    Python.
 
     Leases, fences and per-key runs behave as the database's: a row is claimable when pending
     and due or when its lease ran out (``clock``, injected, says when); an outcome changes a

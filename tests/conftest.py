@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 from tests.support import databases, guard, services
 from tests.support.broker import Collector, remove
 

@@ -11,8 +11,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import context
 
-from relay.store.schema import applies_to
-from relay.store.schema import metadata as relay_metadata
+from relay.store.schema.tables import applies_to
+from relay.store.schema.tables import metadata as relay_metadata
 
 #: The application's own tables (its models' metadata, in a real application).
 app_metadata = sa.MetaData()

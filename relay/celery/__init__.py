@@ -9,7 +9,7 @@ workers consume ``RELAY_QUEUE``::
     from relay.celery import install
     install(app, Settings.from_env())
 
-This package and ``relay.commands.demo_run`` (``relay demo``) are the only places that import
+This package and ``relay.commands.demo.run`` (``relay demo``) are the only places that import
 Celery. Its modules:
 
 - :mod:`~relay.celery.names`: the task names, a wire contract;

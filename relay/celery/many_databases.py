@@ -215,7 +215,7 @@ class Runtimes:
         connection closed after it; a server that does not answer leaves its databases out
         (so they are counted)."""
         if self._stats is None or self._stats_pid != os.getpid():
-            from relay.dispatch.serverwatch import stats_by_server
+            from relay.wakeup.serverwatch import stats_by_server
 
             self._stats, self._stats_pid = stats_by_server(self.settings), os.getpid()
         found: dict[str, int] = {}

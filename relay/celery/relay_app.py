@@ -26,10 +26,10 @@ from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
 from relay.config import Settings, timing
-from relay.dispatch import runner
 from relay.dispatch.dispatcher import Report
 from relay.exceptions import RelayError
 from relay.publishers import transports
+from relay.runners import loop as runner
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def _summary(report: Report) -> dict[str, Any]:
 
 def _serve_metrics(app: Celery, settings: Settings) -> Callable[..., None]:
     """The ``worker_init`` handler that starts the worker's Prometheus endpoint in the main
-    process, before the pool forks (:func:`relay.dispatch.runner.serve_worker_metrics`)."""
+    process, before the pool forks (:func:`relay.runners.loop.serve_worker_metrics`)."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
@@ -157,7 +157,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     @app.task(name=PURGE_SENT, expires=s.purge_interval_seconds, ignore_result=True, shared=False)
     def purge_sent() -> int:
         """Delete sent rows past the retention until none is left, paced, one purger at a
-        time per database (:mod:`relay.dispatch.purger`), the databases sharing one purge
+        time per database (:mod:`relay.retention.purger`), the databases sharing one purge
         interval; one database's failure is logged and the others are still purged."""
         deleted = 0
         runtimes.refresh()

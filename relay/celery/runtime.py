@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from relay.config import Settings
-from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
-from relay.dispatch.purger import Purger
-from relay.store.dispatch_store import DispatchStore
-from relay.store.operations import OperationsStore
-from relay.store.retention import RetentionStore
+from relay.retention.purger import Purger
+from relay.runners import loop as runner
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.operations.retention import RetentionStore
+from relay.store.operations.store import OperationsStore
 
 
 class Runtime:

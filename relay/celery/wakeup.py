@@ -122,10 +122,10 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
 
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
-    :class:`relay.dispatch.watcher.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
-    or when it cannot read the outbox id sequence, a :class:`relay.dispatch.watcher.Poller` looks
+    :class:`relay.wakeup.watcher.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
+    or when it cannot read the outbox id sequence, a :class:`relay.wakeup.watcher.Poller` looks
     for claimable rows adaptively, floor to tick. Over several databases, one
-    :class:`relay.dispatch.serverwatch.ServerWatch` per PostgreSQL server (one connection each)
+    :class:`relay.wakeup.serverwatch.ServerWatch` per PostgreSQL server (one connection each)
     wakes the databases that took rows. A second beat by mistake watches too: its wake-ups are
     as harmless as its ticks."""
 
@@ -133,7 +133,7 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         if getattr(sender, "app", app) is not app:
             return
         from relay.config.databases import each, several
-        from relay.dispatch import runner
+        from relay.runners import loop as runner
 
         if not several(settings):
             waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
@@ -142,7 +142,7 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         # One watcher per PostgreSQL *server* (not per database), waking each database's own
         # drain; a queued task of another database drains nothing of this one, so no
         # one_queued here. The other databases are the tick's to count (every tick).
-        from relay.dispatch.serverwatch import server_watches
+        from relay.wakeup.serverwatch import server_watches
 
         wakers = {
             name: Waker(app, s, min_interval=s.poll_floor_seconds, source=name)

@@ -26,7 +26,7 @@ from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.urls import redact
 from relay.exceptions import ConfigError, RelayError, ReplayRefused, SelectorError
-from relay.store.filters import parse_duration
+from relay.store.operations.filters import parse_duration
 
 #: Every ``relay`` command, in the order ``relay --help`` lists them.
 COMMANDS: tuple[Command, ...] = (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from relay.config import Settings
 
 if TYPE_CHECKING:
-    from relay.store.operations import OperationsStore
+    from relay.store.operations.store import OperationsStore
 
 Handler = Callable[[Settings, argparse.Namespace], int]
 
@@ -33,6 +33,6 @@ class Command:
 
 def store(settings: Settings) -> OperationsStore:
     """The outbox store the row commands read and act through."""
-    from relay.store.operations import OperationsStore
+    from relay.store.operations.store import OperationsStore
 
     return OperationsStore.from_url(settings.database_url)

@@ -1,5 +1,5 @@
 """``relay dispatch --once|--loop``: run the relay without Celery
-(the process itself is built by :func:`relay.dispatch.runner.run`)."""
+(the process itself is built by :func:`relay.runners.loop.run`)."""
 
 from __future__ import annotations
 
@@ -27,16 +27,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     if settings.databases is not None and args.process_per_database:
-        from relay.dispatch import supervisor
+        from relay.runners import supervisor
 
         supervisor.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
         return 0
     if settings.databases is not None:  # RELAY_DATABASES: one process within the budget
-        from relay.dispatch import tenants
+        from relay.runners.many import workers as tenants
 
         tenants.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
         return 0
-    from relay.dispatch import runner
+    from relay.runners import loop as runner
 
     runner.run(settings, once=args.once, heartbeat_file=args.heartbeat_file)
     return 0

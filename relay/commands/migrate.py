@@ -16,7 +16,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     from relay.publishers import transports
-    from relay.store import upgrade
+    from relay.store.schema import upgrade
 
     upgrade.upgrade(settings.database_url, args.revision)
     print(f"outbox schema at {args.revision} on {redact(settings.database_url)}")

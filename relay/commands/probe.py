@@ -5,7 +5,7 @@ probe's own process: during an outage the relay is handling, it names what is un
 Liveness of a ``relay dispatch --loop`` process: the heartbeat file its loop touches on every
 pass, and every second while it rests or waits out an outage (its breaker open, the database's
 retry backoff), is fresher than the bound the relay wrote into it
-(:func:`relay.dispatch.runner.liveness_seconds`); a loop stuck in a call stops touching it.
+(:func:`relay.runners.loop.liveness_seconds`); a loop stuck in a call stops touching it.
 Under ``RELAY_DATABASES`` the file carries the oldest child's beat, so one hung child fails it.
 A Celery worker's liveness is Celery's own ``celery -A relay inspect ping -d celery@$HOSTNAME``.
 """
@@ -25,7 +25,7 @@ from relay.exceptions import BrokerUnavailable, ConfigError, StoreError
 
 def ready(settings: Settings) -> tuple[bool, str]:
     """(healthy, why): the database and the events broker are reachable."""
-    from relay.commands import reach
+    from relay.commands.doctor import reach
     from relay.store.engine import create_engine
 
     engine = create_engine(settings.database_url)
@@ -65,7 +65,7 @@ def live(heartbeat_file: str | None, max_age: float | None = None) -> tuple[bool
 
 def written_bound(heartbeat_file: str) -> float:
     """The liveness bound the relay wrote into its heartbeat file, or the old default."""
-    from relay.dispatch.runner import BOUND_PREFIX
+    from relay.runners.loop import BOUND_PREFIX
 
     with open(heartbeat_file) as f:
         line = f.readline().strip()

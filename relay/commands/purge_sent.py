@@ -8,7 +8,7 @@ from relay.commands import command
 from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
-from relay.store.filters import parse_duration
+from relay.store.operations.filters import parse_duration
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

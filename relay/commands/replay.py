@@ -1,6 +1,6 @@
 """``relay replay --to-queue QUEUE``: publish sent events again to one existing queue alone,
 with the selectors of ``relay failed retry`` (``relay.commands.rows.add_filters``), a dry run,
-a rate limit and a resume point (``--after``); see :mod:`relay.dispatch.replayer`."""
+a rate limit and a resume point (``--after``); see :mod:`relay.replays.replayer`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import REPLAY_ONLY
 from relay.records import Status
-from relay.store.operations import Actor
+from relay.store.operations.store import Actor
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -57,7 +57,7 @@ def _rate(text: str) -> float:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from relay.dispatch.replayer import replay_selected
+    from relay.replays.replayer import replay_selected
 
     stop = threading.Event()
     with _stopping_on_signals(stop):

@@ -1,6 +1,6 @@
 """The operator's commands over rows: ``relay failed list|retry|purge`` and ``relay pending
-list``, with the filters the web console shares (``relay.store.filters``), dry runs, a table for
-people and ``--json`` for scripts."""
+list``, with the filters the web console shares (``relay.store.operations.filters``), dry
+runs, a table for people and ``--json`` for scripts."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
 from relay.records import Status
-from relay.store.filters import EventFilter, parse_duration, parse_when
+from relay.store.operations.filters import EventFilter, parse_duration, parse_when
 
 if TYPE_CHECKING:
-    from relay.store.operations import OperationsStore
+    from relay.store.operations.store import OperationsStore
 
 #: Columns of the table, with their widths (the last one takes the rest of the line).
 _COLUMNS = (("id", 10), ("event_type", 28), ("key", 16), ("status", 10), ("att", 4))

@@ -30,7 +30,7 @@ from relay.config.databases import each, pick, several
 from relay.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from relay.commands.verdicts import Check
+    from relay.commands.doctor.verdicts import Check
 
 #: The commands that act on one database, and those run once per database; others: the fleet.
 SCOPES: dict[str, str] = {
@@ -127,7 +127,7 @@ def doctor_checks(
         return run_checks(None, str(exc))
     if len(chosen) == 1:
         return run_checks(chosen[0][1], None)
-    from relay.commands import doctor_budget
+    from relay.commands.doctor import budget as doctor_budget
 
     return [
         replace(c, name=f"{database}: {c.name}")

@@ -18,7 +18,7 @@ from relay.exceptions import ConfigError
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from relay.store.operations import OperationsStore
+    from relay.store.operations.store import OperationsStore
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -108,7 +108,7 @@ class Settings:
     console_redact: str | None = None
     #: The CloudEvents ``source`` of this outbox's messages, a URI-reference (``/shop/orders``,
     #: ``urn:example:shop``); None: derived from the database URL without its credentials
-    #: (``relay.store.eventids.default_source``). Descriptive: the event id is unique alone.
+    #: (``relay.store.schema.eventids.default_source``). Descriptive: the event id is unique alone.
     source: str | None = None
     #: Several outbox databases, ``name=URL,...``, or ``@PATH``: a file with one ``name=URL`` a
     #: line, read again on SIGHUP by ``relay dispatch --loop`` and when it changes by a Celery

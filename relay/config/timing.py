@@ -1,6 +1,6 @@
 """The timing fractions and bounds the relay runs by, named in one place: constants, and the
 database call deadlines derived from the lease (:func:`database_deadlines`). The adaptive poll
-that uses some of them is :class:`relay.dispatch.polling.IdlePoll`.
+that uses some of them is :class:`relay.wakeup.polling.IdlePoll`.
 
 Most are shares of the lease (``RELAY_LEASE_SECONDS``): whatever a worker does with a batch
 must end well inside the lease it holds on it, so these scale with it.
@@ -26,8 +26,8 @@ RENEW_SHARE_OF_LEASE = 1 / 3
 #: liveness's 2 leases (:data:`LIVENESS_LEASES`), so a probe restarts such a process first.
 HOLD_MAX_LEASES = 3.0
 #: A claim reads the lane of expired leases at most once per this share of the lease, and at
-#: least once a second (``relay.store.lease_sweep.LeaseSweep``): once a second at the default 30 s
-#: lease.
+#: least once a second (``relay.store.dispatch_path.lease_sweep.LeaseSweep``): once a second
+#: at the default 30 s lease.
 SWEEP_SHARE_OF_LEASE = 1 / 30
 SWEEP_MAX_SECONDS = 1.0
 #: A relay Celery task's soft time limit: past this a drain hangs (its budget is half a lease).

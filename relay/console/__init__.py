@@ -6,7 +6,7 @@ FastAPI application (``Mount("/relay", app=relay.console.app(engine, settings))`
 ``relay console`` serves it alone. With several outbox databases (``RELAY_DATABASES``),
 ``relay.console.several({name: (engine, settings), ...})`` mounts one console per database at
 ``/<name>/`` with a switcher between them; ``relay console`` without ``--source`` serves that.
-It reads and acts through the verbs of ``relay.store.operations`` only.
+It reads and acts through the verbs of ``relay.store.operations.store`` only.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from relay.console import api, pages
 from relay.console.auth import Guard
 from relay.console.context import HERE, Console
 from relay.exceptions import ConfigError
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -12,7 +12,7 @@ from starlette.templating import Jinja2Templates
 
 from relay.config import Settings
 from relay.console.auth import COOKIE, Credential, Guard
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 
 HERE = Path(__file__).parent
 

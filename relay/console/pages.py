@@ -36,8 +36,8 @@ from relay.exceptions import (
     StoreError,
 )
 from relay.records import Status
-from relay.store.filters import EventFilter
-from relay.store.operations import Actor
+from relay.store.operations.filters import EventFilter
+from relay.store.operations.store import Actor
 
 if TYPE_CHECKING:
     from relay.console.context import Console

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from relay.config import Settings
 from relay.records import Status
-from relay.store.filters import EventFilter, parse_when
-from relay.store.operations import Actor, Changed, OperationsStore
+from relay.store.operations.filters import EventFilter, parse_when
+from relay.store.operations.store import Actor, Changed, OperationsStore
 
 if TYPE_CHECKING:
-    from relay.dispatch.replayer import ReplayReport
+    from relay.replays.replayer import ReplayReport
 
 #: What replaces a masked field's value.
 MASK = "***"
@@ -171,8 +171,8 @@ def replay(
     actor: Actor,
 ) -> ReplayReport:
     """Replay the sent rows ``f`` selects to the queue ``values`` names (``to_queue``), from
-    ``after`` and at ``rate`` if given (:func:`relay.dispatch.replayer.replay_selected`)."""
-    from relay.dispatch.replayer import replay_selected as run
+    ``after`` and at ``rate`` if given (:func:`relay.replays.replayer.replay_selected`)."""
+    from relay.replays.replayer import replay_selected as run
 
     queue = _text(values, "to_queue")
     if queue is None:
@@ -216,7 +216,7 @@ def masked(value: Any, fields: frozenset[str]) -> Any:
 
 def jsonable(row: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
     """A row as JSON values: times in ISO 8601, payload and headers masked (the stored text
-    of one that cannot be read as JSON, ``relay.store.readable``, withheld)."""
+    of one that cannot be read as JSON, ``relay.store.operations.readable``, withheld)."""
     out: dict[str, Any] = {}
     for name, value in row.items():
         if isinstance(value, datetime | date):

@@ -30,8 +30,8 @@ from relay.policy import Backoff
 from relay.publishers import Publisher, message
 from relay.publishers.message import TASK_HEADER
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
-from relay.store.lease_sweep import LeaseSweep
-from relay.store.protocol import Store
+from relay.store.dispatch_path.lease_sweep import LeaseSweep
+from relay.store.dispatch_path.protocol import Store
 
 log = logging.getLogger(__name__)
 

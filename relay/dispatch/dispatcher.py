@@ -18,12 +18,12 @@ from relay import publishers
 from relay.config import Settings, timing
 from relay.dispatch.batching import BatchSizer
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
-from relay.dispatch.polling import IdlePoll
 from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.publishers import Publisher
-from relay.store.dispatch_store import DispatchStore
-from relay.store.protocol import Store
+from relay.store.dispatch_path.protocol import Store
+from relay.store.dispatch_path.store import DispatchStore
+from relay.wakeup.polling import IdlePoll
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Dispatcher(Cycle):
         """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
         because a batch came back short), rest until ``wake`` is set or the tick passes.
 
-        With ``wake`` (set by a :class:`relay.dispatch.watcher.SequenceWatcher` at most once per
+        With ``wake`` (set by a :class:`relay.wakeup.watcher.SequenceWatcher` at most once per
         ``RELAY_POLL_FLOOR_SECONDS`` while rows keep coming; set it along with ``stop`` to stop
         at once) the loop rests until woken or its adaptive poll
         is due, whichever comes first, then drains at once.

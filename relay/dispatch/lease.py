@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from relay.config import timing
 from relay.exceptions import StoreError
 from relay.records import ClaimedEvent
-from relay.store.protocol import Store
+from relay.store.dispatch_path.protocol import Store
 
 log = logging.getLogger(__name__)
 

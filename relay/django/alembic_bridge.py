@@ -22,7 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from relay.django.connection import sqlalchemy_dialect
 from relay.store.engine import create_engine
-from relay.store.upgrade import alembic_config
+from relay.store.schema.upgrade import alembic_config
 
 #: The relay's Alembic version table (``relay/migrations/env.py``).
 VERSION_TABLE = "relay_alembic_version"

@@ -9,7 +9,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from relay.store.engine import create_engine, normalize_url
-from relay.store.schema import TABLES, applies_to, metadata
+from relay.store.schema.tables import TABLES, applies_to, metadata
 
 VERSION_TABLE = "relay_alembic_version"
 

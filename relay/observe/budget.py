@@ -1,5 +1,5 @@
 """The connection budget of a many-databases relay process as Prometheus gauges
-(``relay dispatch`` over ``RELAY_DATABASES``, :mod:`relay.dispatch.tenants`), read from the
+(``relay dispatch`` over ``RELAY_DATABASES``, :mod:`relay.runners.many.workers`), read from the
 scheduler at scrape time:
 
 - ``relay_connections_budget``: ``RELAY_MAX_CONNECTIONS``;
@@ -29,7 +29,7 @@ _HELP = {
 
 
 class BudgetCollector(Collector):
-    """Reads ``read()`` (the scheduler's :meth:`~relay.dispatch.tenants.Tenants.budget`)."""
+    """Reads ``read()`` (the scheduler's :meth:`~relay.runners.many.workers.Tenants.budget`)."""
 
     def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
         self.read = read

@@ -2,7 +2,7 @@
 package installs), SQLite pragmas and ``BEGIN IMMEDIATE``, MySQL/MariaDB isolation, and
 PostgreSQL connections that never prepare statements on the server.
 
-``relay.store.dispatch_store`` builds its engine here; so do the migrations and the tests.
+``relay.store.dispatch_path.store`` builds its engine here; so do the migrations and the tests.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ raises :class:`relay.exceptions.DatabaseUnavailable`, which the callers retry wi
 
 A guarded call costs 6.6 µs of CPU (a lock, a duplicated descriptor; measured on the 2-core
 machine): nothing beside a claim's round trip, 0.03 % of a core for the wake-up's 40 looks a
-second. Only the dispatch path uses it (:meth:`relay.store.dispatch_store.DispatchStore.
+second. Only the dispatch path uses it (:meth:`relay.store.dispatch_path.store.DispatchStore.
 from_settings`, the wake-ups): its calls are short by design, unlike an operator's purge or a
 migration.
 """

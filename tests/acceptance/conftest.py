@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
 from relay.store.engine import create_engine
+from relay.store.schema import upgrade
 from tests.support.pgserver import PgServer, throwaway_server
 from tests.support.proxy import TcpProxy, running_proxy
 

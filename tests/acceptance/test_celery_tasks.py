@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from relay.celery import create_app
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT
 from relay.config import Settings
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.broker import Collector
 from tests.support.celery_fleet import counts, fleet, insert_rows, unique_queue
 from tests.support.env import relay_env, wait_until

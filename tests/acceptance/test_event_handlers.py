@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.store.schema import inbox
+from relay.store.schema.tables import inbox
 from tests.support import events_app, relaying
 from tests.support.broker import remove
 from tests.support.celery_fleet import CELERY_BIN, Proc, unique_queue

@@ -17,8 +17,8 @@ import relay
 from relay.config import Settings
 from relay.publishers import for_url
 from relay.records import ClaimedEvent
-from relay.store import upgrade
 from relay.store.engine import create_engine
+from relay.store.schema import upgrade
 from tests.acceptance.test_event_handlers import worker
 from tests.support import databases, events_app, relaying
 from tests.support.celery_fleet import unique_queue

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
 from relay.store.engine import create_engine
+from relay.store.schema import upgrade
 from tests.support import celery_fleet
 from tests.support.broker import Collector
 from tests.support.env import relay_env, wait_until

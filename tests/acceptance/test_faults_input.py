@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.broker import Collector
 from tests.support.fleet import RELAY_BIN, fleet_env, statuses
 from tests.unit.test_config import BAD_VALUES

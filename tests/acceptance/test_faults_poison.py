@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.broker import Collector
 from tests.support.env import wait_until
 from tests.support.fleet import (

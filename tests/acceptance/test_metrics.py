@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support import services
 from tests.support.broker import Collector
 from tests.support.celery_fleet import counts, fleet, insert_rows, unique_queue

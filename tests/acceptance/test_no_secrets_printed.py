@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.records import Buried
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
 
 #: Every secret and payload below carries this; the test looks for it in every output.

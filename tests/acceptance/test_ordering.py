@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.broker import Collector, Received
 from tests.support.env import wait_until
 from tests.support.fleet import RELAY_BIN, Fleet, fleet_env

@@ -20,7 +20,7 @@ from relay.celery import send_task
 from relay.config import Settings
 from relay.dispatch.dispatcher import EXPIRED
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support import relaying, tasks_app
 from tests.support.celery_fleet import CELERY_BIN, Proc
 from tests.support.env import wait_until

@@ -93,7 +93,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_relay_goes_on(
     # of the id sequence, the purger): each one's stack, not only the signalled thread's.
     assert len(threads) >= 3, text
     assert re.search(r'File ".*relay/dispatch/dispatcher\.py", line \d+ in loop', text), text
-    assert re.search(r'File ".*relay/dispatch/purger\.py", line \d+ in _run', text), text
+    assert re.search(r'File ".*relay/retention/purger\.py", line \d+ in _run', text), text
 
 
 def test_the_supervisor_passes_sigusr1_on_to_each_databases_relay(
@@ -142,6 +142,6 @@ def _dumps(text: str) -> list[str]:
     names the thread the signal reached, and the kernel may hand it to a thread that is being
     created or is ending, which faulthandler then prints as a plain "Thread". The three
     processes write to one file at once, so lines are matched anywhere in it."""
-    found = ["relay"] * len(re.findall(r'relay/dispatch/runner\.py", line \d+ in run\b', text))
+    found = ["relay"] * len(re.findall(r'relay/runners/loop\.py", line \d+ in run\b', text))
     found += ["supervisor"] * len(re.findall(r'\.py", line \d+ in _supervise\b', text))
     return found

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.broker import Collector
 from tests.support.rows import count_by_status, enqueue_many, rows
 from tests.support.tlsfront import Pki, server_context, tls_front

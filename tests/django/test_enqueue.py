@@ -14,7 +14,7 @@ import relay.django
 from relay.exceptions import EventError
 from relay.produce import core
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.rows import rows
 
 

@@ -8,8 +8,8 @@ from django.core.management import call_command
 from django.db import connections
 
 from relay.django import alembic_bridge, checks
-from relay.store import upgrade
 from relay.store.engine import create_engine
+from relay.store.schema import upgrade
 
 
 def _version(url: str) -> str | None:

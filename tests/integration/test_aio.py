@@ -16,7 +16,7 @@ import relay
 import relay.aio
 from relay.exceptions import EventError
 from relay.produce import core
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
 from tests.support import databases
 from tests.support.rows import rows

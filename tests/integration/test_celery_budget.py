@@ -12,7 +12,7 @@ import pytest
 
 from relay.celery.many_databases import Runtimes, fleet_tick
 from relay.config import Settings
-from relay.dispatch.serverwatch import server_watches
+from relay.wakeup.serverwatch import server_watches
 from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until

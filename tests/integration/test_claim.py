@@ -9,9 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from relay.records import Rescheduled
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, make_due, rows
 
 

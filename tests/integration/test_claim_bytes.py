@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 import relay
 from relay.records import ClaimedEvent
 from relay.store import dialects
-from relay.store.dispatch_store import DispatchStore
-from relay.store.schema import outbox
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.schema.tables import outbox
 
 
 def _enqueue(engine: sa.Engine, sizes: Sequence[int], **kw: object) -> list[int]:

@@ -73,7 +73,7 @@ def test_outcomes_are_recorded_through_the_primary_key_before_any_analyze(pg_url
     record a batch (mark sent, renew, release, held) reach their rows by primary key. Read
     through ix_outbox_unsent, a bitmap scan visited every processing entry the index held, dead
     versions of rows sent long ago included, so each batch cost more than the last."""
-    from relay.store.dispatch_store import DispatchStore
+    from relay.store.dispatch_path.store import DispatchStore
 
     store = DispatchStore.from_url(pg_url)
     try:
@@ -105,7 +105,7 @@ def test_a_claim_skips_the_leases_still_running_without_reading_them(pg_url: str
     leases run: the next claim reads the pending rows it takes, not the leased rows in front
     of them (one index over both statuses made every claim read each of those from the
     table to see that its lease still ran)."""
-    from relay.store.dispatch_store import DispatchStore
+    from relay.store.dispatch_path.store import DispatchStore
 
     store = DispatchStore.from_url(pg_url)
     try:
@@ -136,7 +136,7 @@ def test_the_hot_path_claim_does_not_read_the_leases_of_rows_sent_since_the_last
     the lane of expired leases reads them all (a bitmap scan over every such entry, 9 ms a
     claim after a minute at 3,000 events a second); the claim a dispatcher makes between two
     sweeps (``expired=False``) and the wake-up's look for new rows read a few pages."""
-    from relay.store.dispatch_store import DispatchStore
+    from relay.store.dispatch_path.store import DispatchStore
 
     store = DispatchStore.from_url(pg_url)
     try:

@@ -10,7 +10,7 @@ import sys
 import sqlalchemy as sa
 
 from relay.records import Buried
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from tests.support.rows import count_by_status, enqueue_many
 
 

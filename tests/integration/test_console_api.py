@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from relay import console
 from relay.store.engine import create_engine
-from relay.store.schema import audit
+from relay.store.schema.tables import audit
 from tests.support import console as web
 from tests.support import databases, rows
 from tests.support.console import OPERATOR_TOKEN, VIEWER_TOKEN, bearer

@@ -16,9 +16,9 @@ from markupsafe import escape
 
 from relay.console.views import WITHHELD
 from relay.records import Status
-from relay.store.filters import EventFilter
-from relay.store.operations import OperationsStore
-from relay.store.readable import SHOWN_CHARS
+from relay.store.operations.filters import EventFilter
+from relay.store.operations.readable import SHOWN_CHARS
+from relay.store.operations.store import OperationsStore
 from tests.support import bad_rows
 from tests.support import console as web
 from tests.support.console import bearer

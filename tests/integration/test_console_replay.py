@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from relay.publishers.message import REPLAY_HEADER
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 from tests.support import console as web
 from tests.support.broker import Collector
 from tests.support.console import VIEWER_TOKEN, bearer

@@ -11,9 +11,9 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.exceptions import DatabaseUnavailable
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.serverstats import ServerStats
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine, ping
-from relay.store.serverstats import ServerStats
 from tests.support.proxy import TcpProxy
 from tools.pgserver import free_port
 

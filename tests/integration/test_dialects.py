@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from relay.store.dialects import for_name
 from relay.store.dialects.mysql import MySQLDialect
 from relay.store.dialects.sqlite import SQLiteDialect
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
-from relay.store.operations import OperationsStore
-from relay.store.schema import outbox
+from relay.store.operations.store import OperationsStore
+from relay.store.schema.tables import outbox
 from tests.support import databases
 from tests.support.rows import enqueue_many, rows
 

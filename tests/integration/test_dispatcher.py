@@ -15,7 +15,7 @@ from relay.dispatch.dispatcher import Dispatcher
 from relay.observe.observers import Observer
 from relay.publishers import for_url
 from relay.records import ClaimedEvent, PublishResult
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.testing import InMemoryPublisher
 from tests.support.broker import Collector
 from tests.support.rows import count_by_status, enqueue_many, expire_leases, rows

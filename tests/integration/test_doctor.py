@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from relay.records import Buried
-from relay.store.dispatch_store import DispatchStore
-from relay.store.operations import OperationsStore
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.operations.store import OperationsStore
 from tests.support import databases
 from tests.support.env import wait_until
 from tests.support.rows import enqueue_many

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
+from relay.store.schema import upgrade
 from tests.support.env import wait_until
 from tests.support.pgserver import throwaway_server
 

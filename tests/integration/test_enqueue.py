@@ -17,8 +17,8 @@ import relay
 from relay.exceptions import EventError
 from relay.produce.enqueue import Producer
 from relay.store import dialects
-from relay.store.dispatch_store import DispatchStore
-from relay.store.schema import outbox
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.schema.tables import outbox
 from tests.support.rows import rows
 
 

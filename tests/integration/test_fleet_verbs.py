@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store.dispatch_store import DispatchStore
-from relay.store.operations import PURGE_LOCK_KEY, OperationsStore
-from relay.store.schema import outbox
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.operations.store import PURGE_LOCK_KEY, OperationsStore
+from relay.store.schema.tables import outbox
 from tests.support.celery_fleet import insert_rows
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from relay.consume import inbox
 from relay.exceptions import EventError
-from relay.store.schema import inbox as inbox_table
+from relay.store.schema.tables import inbox as inbox_table
 
 
 def _rows(engine: sa.Engine) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
+from relay.store.schema import upgrade
 from tests.support import services
 from tools import mariaserver
 

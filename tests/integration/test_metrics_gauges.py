@@ -8,9 +8,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
 from relay.observe.metrics import OutboxCollector
-from relay.store.dispatch_store import DispatchStore
-from relay.store.operations import OperationsStore
-from relay.store.schema import outbox
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.operations.store import OperationsStore
+from relay.store.schema.tables import outbox
 from tests.support import databases
 from tests.support.rows import enqueue_many, expire_leases
 

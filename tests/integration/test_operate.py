@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from relay.records import Buried, Status
-from relay.store.dispatch_store import DispatchStore
-from relay.store.schema import outbox
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.schema.tables import outbox
 from tests.support.rows import count_by_status, enqueue_many
 
 

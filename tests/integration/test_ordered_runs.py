@@ -16,8 +16,8 @@ import relay
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
 from relay.records import ClaimedEvent, PublishResult
-from relay.store.dispatch_store import DispatchStore
-from relay.store.schema import outbox, outbox_progress
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.schema.tables import outbox, outbox_progress
 from relay.testing import InMemoryPublisher
 from tests.support.rows import enqueue_many, make_due, rows
 

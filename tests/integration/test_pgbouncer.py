@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.consume import inbox
-from relay.dispatch.watcher import SequenceWatcher
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
+from relay.wakeup.watcher import SequenceWatcher
 from tests.support.env import wait_until
 from tests.support.pgbouncer import PgBouncer, pgbouncer  # noqa: F401  # the fixture
 from tests.support.rows import count_by_status, enqueue_many

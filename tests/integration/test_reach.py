@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.commands import reach
+from relay.commands.doctor import reach
 from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, ConfigError, DatabaseUnavailable
 from relay.store.engine import create_engine

@@ -14,12 +14,12 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config import Settings
-from relay.dispatch.replayer import ReplayReport, replay_selected
 from relay.exceptions import ReplayRefused, SelectorError
 from relay.publishers.message import REPLAY_HEADER
-from relay.store.eventids import default_source
-from relay.store.filters import EventFilter
-from relay.store.operations import OperationsStore
+from relay.replays.replayer import ReplayReport, replay_selected
+from relay.store.operations.filters import EventFilter
+from relay.store.operations.store import OperationsStore
+from relay.store.schema.eventids import default_source
 from tests.support import bad_rows
 from tests.support.broker import Collector, Received
 from tests.support.proxy import running_proxy

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from relay.config import Settings
 from relay.publishers.message import REPLAY_HEADER
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
 from tests.support.broker import Collector
 from tests.support.relaying import drain
 from tests.support.rows import count_by_status, enqueue_many, rows

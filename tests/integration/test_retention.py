@@ -9,18 +9,18 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from relay.commands import doctor_retention
-from relay.commands.verdicts import PASS, WARN
+from relay.commands.doctor import retention as doctor_retention
+from relay.commands.doctor.verdicts import PASS, WARN
 from relay.config import Settings
-from relay.dispatch import purger as purger_module
-from relay.dispatch import runner
-from relay.dispatch.pacing import PurgePacing
-from relay.dispatch.purger import Purger
+from relay.retention import purger as purger_module
+from relay.retention.pacing import PurgePacing
+from relay.retention.purger import Purger
+from relay.runners import loop as runner
 from relay.store import dialects
-from relay.store.dispatch_store import DispatchStore
-from relay.store.operations import OperationsStore
-from relay.store.retention import BEHIND_COUNTED_UP_TO, RetentionStore
-from relay.store.schema import outbox, outbox_progress
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.operations.retention import BEHIND_COUNTED_UP_TO, RetentionStore
+from relay.store.operations.store import OperationsStore
+from relay.store.schema.tables import outbox, outbox_progress
 from tests.support import relaying
 from tests.support.broker import Collector
 from tests.support.env import wait_until

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.store import upgrade
 from relay.store.engine import create_engine
-from relay.store.operations import OperationsStore
+from relay.store.operations.store import OperationsStore
+from relay.store.schema import upgrade
 from tests.support import services
 from tests.support.broker import Collector
 

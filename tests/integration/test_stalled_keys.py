@@ -15,16 +15,16 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.commands.doctor_keys import stalled_keys
+from relay.commands.doctor.keys import stalled_keys
 from relay.config import Settings
 from relay.observe.gauges import OutboxCollector
 from relay.records import Stall
 from relay.store.dialects import for_name
 from relay.store.dialects.keys import KeyStatements
-from relay.store.dispatch_store import DispatchStore
-from relay.store.filters import EventFilter
-from relay.store.operations import OperationsStore
-from relay.store.schema import outbox, outbox_progress
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.operations.filters import EventFilter
+from relay.store.operations.store import OperationsStore
+from relay.store.schema.tables import outbox, outbox_progress
 from tests.integration.test_claim_plan import _generic_plan
 from tests.integration.test_doctor import DEAD_BROKER, doctor
 from tests.integration.test_doctor import relay as run_relay

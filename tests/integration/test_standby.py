@@ -13,10 +13,10 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.exceptions import DatabaseUnavailable
-from relay.store import upgrade
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.sequence import SequenceReader
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
-from relay.store.sequence import SequenceReader
+from relay.store.schema import upgrade
 from tests.support import services
 from tests.support.pgserver import in_recovery, throwaway_pair
 from tools import mariaserver

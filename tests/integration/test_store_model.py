@@ -1,5 +1,5 @@
-"""relay.store.dispatch_store.DispatchStore against a simple model, on real PostgreSQL (hypothesis
-stateful testing).
+"""relay.store.dispatch_path.store.DispatchStore against a simple model, on real PostgreSQL
+(hypothesis stateful testing).
 
 Random interleavings of enqueue, claims by several workers, publish outcomes (sent, reschedule,
 bury, release), lease renewal, lease expiry and reclaim. After every step the table must equal
@@ -26,9 +26,9 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.records import Buried, ClaimedEvent, Rescheduled
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 
 WORKERS = ("w1", "w2", "w3")
 LEASE = 300.0  # never expires by itself during a run: expiry is a rule of its own

@@ -12,12 +12,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from relay.commands import doctor_budget
+from relay.commands.doctor import budget as doctor_budget
 from relay.config import Settings
-from relay.dispatch import tenants
-from relay.dispatch.serverwatch import ServerWatch
+from relay.runners.many import workers as tenants
+from relay.store.dispatch_path.serverstats import ServerStats, changed
 from relay.store.engine import create_engine
-from relay.store.serverstats import ServerStats, changed
+from relay.wakeup.serverwatch import ServerWatch
 from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.commands import doctor_tls
-from relay.commands.verdicts import PASS, WARN
+from relay.commands.doctor import tls as doctor_tls
+from relay.commands.doctor.verdicts import PASS, WARN
 from relay.exceptions import StoreError
 from relay.store.engine import create_engine, ping
 from tests.support.pgserver import PgServer, throwaway_server

@@ -1,4 +1,4 @@
-"""The PostgreSQL wake-up (relay.dispatch.watcher) on a real server: a writer's commit wakes the
+"""The PostgreSQL wake-up (relay.wakeup.watcher) on a real server: a writer's commit wakes the
 relay however long its transaction stays open after the INSERT, with nothing run by the
 writer for it; an idle outbox costs one statement a look; a killed session comes back; a role
 that may not read the sequence hands over to polling. And the Poller of the other databases."""
@@ -15,9 +15,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from relay.dispatch.watcher import Poller, SequenceWatcher
 from relay.exceptions import StoreError
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
+from relay.wakeup.watcher import Poller, SequenceWatcher
 from tests.support.env import wait_until
 
 #: Wake-ups against wall-clock bounds: run alone (see the Makefile).
@@ -182,7 +182,7 @@ def test_the_watcher_comes_back_after_its_session_is_killed(
 ) -> None:
     """Its session terminated, the watcher logs the loss once, connects again, and the next
     commit still wakes the relay."""
-    caplog.set_level(logging.INFO, logger="relay.dispatch.watcher")
+    caplog.set_level(logging.INFO, logger="relay.wakeup.watcher")
     with pg_engine.connect() as conn:
         killed = conn.execute(
             sa.text(
@@ -212,7 +212,7 @@ def test_a_role_that_may_not_read_the_sequence_hands_over_to_polling(
         DispatchStore.from_url(url), relay, FLOOR, on_unwatchable=handed_over.set
     )
     try:
-        with caplog.at_level(logging.WARNING, logger="relay.dispatch.watcher"):
+        with caplog.at_level(logging.WARNING, logger="relay.wakeup.watcher"):
             watching.start()
             assert handed_over.wait(10)
         assert isinstance(watching.error, StoreError)
@@ -234,7 +234,7 @@ def test_poller_stops_with_an_error_when_its_look_cannot_succeed(
         conn.execute(sa.text("DROP TABLE outbox CASCADE"))
     found = threading.Event()
     poller = Poller(DispatchStore(pg_engine), found.set, floor=0.01, ceiling=0.02)
-    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watcher"):
+    with caplog.at_level(logging.WARNING, logger="relay.wakeup.watcher"):
         poller.start()
         assert poller._thread is not None
         poller._thread.join(10)
@@ -259,7 +259,7 @@ def test_a_wake_up_that_raises_is_logged_once_and_the_watcher_goes_on(
             raise RuntimeError("a caller's bug")
 
     watching = SequenceWatcher(DispatchStore.from_url(pg_url, pool_size=2), on_wake, FLOOR)
-    with caplog.at_level(logging.WARNING, logger="relay.dispatch.watcher"):
+    with caplog.at_level(logging.WARNING, logger="relay.wakeup.watcher"):
         watching.start()
         try:
             wait_until(lambda: watching.looks >= 3, 10, "the first looks")

@@ -16,9 +16,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from relay.store import upgrade
 from relay.store.engine import normalize_url
-from relay.store.schema import TABLES
+from relay.store.schema import upgrade
+from relay.store.schema.tables import TABLES
 from tests.support import databases
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema import upgrade
+from relay.store.schema.tables import outbox
 from tests.support import databases
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import dialects, upgrade
+from relay.store import dialects
 from relay.store.engine import create_engine
+from relay.store.schema import upgrade
 from tests.support import databases
 
 PLAIN = "INSERT INTO outbox (event_type, payload, ordering_key) VALUES (:t, '{}', :key)"

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
 from relay.store.dialects import for_name
 from relay.store.engine import create_engine
-from relay.store.schema import outbox
+from relay.store.schema import upgrade
+from relay.store.schema.tables import outbox
 from tests.support import databases
 
 RELAY = [sys.executable, "-c", "from relay.commands import main; raise SystemExit(main())"]

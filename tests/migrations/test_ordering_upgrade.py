@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import upgrade
-from relay.store.dispatch_store import DispatchStore
+from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
+from relay.store.schema import upgrade
 from tests.support import databases
 
 

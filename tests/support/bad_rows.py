@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from relay.records import Status
-from relay.store.filters import EventFilter
-from relay.store.operations import OperationsStore
+from relay.store.operations.filters import EventFilter
+from relay.store.operations.store import OperationsStore
 from tests.support.fleet import enqueue_committed
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import kombu
 import sqlalchemy as sa
 
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 from tests.support.env import wait_until
 
 CELERY_BIN = str(Path(sys.executable).with_name("celery"))

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from relay import console
 from relay.config import Settings
 from relay.store import dialects
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 
 OPERATOR_TOKEN = "operator-token-0123456789"
 VIEWER_TOKEN = "viewer-token-0123456789ab"

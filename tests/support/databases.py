@@ -15,7 +15,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from relay.store import schema, upgrade
+from relay.store.schema import tables as schema
+from relay.store.schema import upgrade
 from tests.support import services
 
 #: (admin URL, name) of each server database this session created and has not dropped yet:

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from relay.store.schema import outbox, sent_counts
+from relay.store.schema.tables import outbox, sent_counts
 from tests.support.broker import Collector
 from tests.support.env import relay_env
 

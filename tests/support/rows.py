@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.store import dialects
-from relay.store.schema import outbox
+from relay.store.schema.tables import outbox
 
 
 def enqueue_many(engine: sa.Engine, n: int, event_type: str = "test.event", **kw: Any) -> list[int]:

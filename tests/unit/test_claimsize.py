@@ -1,11 +1,11 @@
 """How much one claim takes under the byte bound: the prefix that fits, a text's bytes, and
-how many rows the next claim reads (``relay.store.claimsize``)."""
+how many rows the next claim reads (``relay.store.dispatch_path.claimsize``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from relay.store.claimsize import ClaimFit, fit_bytes, text_bytes
+from relay.store.dispatch_path.claimsize import ClaimFit, fit_bytes, text_bytes
 
 
 @pytest.mark.parametrize(

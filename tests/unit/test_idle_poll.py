@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.dispatch.polling import IdlePoll
+from relay.wakeup.polling import IdlePoll
 
 
 def test_waits_start_at_the_ceiling_and_return_to_it_after_activity() -> None:

@@ -135,7 +135,7 @@ def test_default_source_names_the_database_without_credentials(url: str, source:
     """Unset RELAY_SOURCE: kind, host and database of the URL, never its user or password."""
     from sqlalchemy import make_url
 
-    from relay.store.eventids import default_source
+    from relay.store.schema.eventids import default_source
 
     assert default_source(make_url(url)) == source
 

@@ -127,7 +127,7 @@ def test_event_type_cap_zero_counts_every_type_as_other() -> None:
 def test_the_shared_observer_takes_the_settings_cap() -> None:
     """runner.observer passes RELAY_METRICS_MAX_EVENT_TYPES on to the process's observer."""
     from relay.config import Settings
-    from relay.dispatch import runner
+    from relay.runners import loop as runner
 
     try:
         chosen = runner.observer(Settings(metrics_port=9999, metrics_max_event_types=3))

@@ -10,11 +10,11 @@ import pytest
 
 from relay.dispatch.batching import BatchSizer
 from relay.dispatch.decisions import CircuitBreaker, RetryPolicy
-from relay.dispatch.pacing import PurgePacing
-from relay.dispatch.polling import SequenceWatch
 from relay.policy import Backoff, backoff_seconds
 from relay.records import Buried, ClaimedEvent, Rescheduled
-from relay.store.lease_sweep import LeaseSweep
+from relay.retention.pacing import PurgePacing
+from relay.store.dispatch_path.lease_sweep import LeaseSweep
+from relay.wakeup.polling import SequenceWatch
 
 
 class _MaxRandom(random.Random):

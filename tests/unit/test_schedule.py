@@ -1,10 +1,10 @@
-"""The many-databases scheduler (relay.dispatch.schedule): fair order, due times, budget."""
+"""The many-databases scheduler (relay.runners.many.schedule): fair order, due times, budget."""
 
 from __future__ import annotations
 
 import pytest
 
-from relay.dispatch.schedule import (
+from relay.runners.many.schedule import (
     COLD_POLL_SECONDS,
     WARM_LOOKS_PER_SECOND,
     WARM_POLL_SECONDS,

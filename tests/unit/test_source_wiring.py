@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from relay.celery.runtime import Runtime
-from relay.commands import doctor_pooler
+from relay.commands.doctor import pooler as doctor_pooler
 from relay.config import Settings
-from relay.dispatch import runner
 from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import ConfigError
-from relay.store.dispatch_store import DispatchStore
+from relay.runners import loop as runner
+from relay.store.dispatch_path.store import DispatchStore
 from relay.testing import InMemoryPublisher, InMemoryStore
 
 

@@ -24,7 +24,7 @@ from relay.records import Status
 from relay.store.dialects import Dialect, for_name, operations_for
 from relay.store.dialects.keys import KeyStatements
 from relay.store.dialects.purge import RetentionStatements
-from relay.store.filters import EventFilter
+from relay.store.operations.filters import EventFilter
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SA_DIALECTS: dict[str, SADialect] = {
@@ -66,10 +66,10 @@ NOT_STATEMENTS = {
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.
 SQL_ELSEWHERE = {
-    "relay/store/schema.py": "the tables' DDL (index predicates)",
+    "relay/store/schema/tables.py": "the tables' DDL (index predicates)",
     "relay/store/engine.py": "connection set-up (SQLite pragmas, BEGIN IMMEDIATE)",
-    "relay/commands/doctor_pooler.py": "pg_backend_pid() on raw psycopg connections: the probe",
-    "relay/commands/demo_run.py": "the demo application's own table",
+    "relay/commands/doctor/pooler.py": "pg_backend_pid() on raw psycopg connections: the probe",
+    "relay/commands/demo/run.py": "the demo application's own table",
 }
 #: SQLAlchemy's statement constructors: calling one outside the dialects writes SQL there.
 SQL_CONSTRUCTORS = {"select", "insert", "update", "delete", "text", "union_all"}

@@ -14,8 +14,10 @@ import pytest
 
 from relay.commands import probe
 from relay.config import Settings, timing
-from relay.dispatch import dispatcher, runner, supervisor
+from relay.dispatch import dispatcher
 from relay.dispatch.stopping import FORCED_EXIT_STATUS
+from relay.runners import loop as runner
+from relay.runners import supervisor
 
 _BLOCKED = """
 import threading

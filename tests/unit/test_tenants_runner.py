@@ -1,4 +1,4 @@
-"""The many-databases runner's decisions that need no server (relay.dispatch.tenants): its
+"""The many-databases runner's decisions that need no server (relay.runners.many.workers): its
 budget check at start, the pace of polled databases, and liveness while a unit hangs."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
-from relay.dispatch.serverwatch import server_of
-from relay.dispatch.tenant import POLLED_LOOKS_PER_SECOND, polled_ceiling
-from relay.dispatch.tenants import Tenants
 from relay.exceptions import ConfigError
+from relay.runners.many.database import POLLED_LOOKS_PER_SECOND, polled_ceiling
+from relay.runners.many.workers import Tenants
+from relay.wakeup.serverwatch import server_of
 
 
 def _sqlite(tmp_path: Path, n: int) -> str:

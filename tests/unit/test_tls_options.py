@@ -141,7 +141,7 @@ def test_settings_repr_and_describe_carry_no_secret() -> None:
 def test_doctor_says_whether_the_broker_is_encrypted_and_verified(
     url: str, status: str, words: str
 ) -> None:
-    from relay.commands import doctor_tls
+    from relay.commands.doctor import tls as doctor_tls
 
     check = doctor_tls.broker("events broker TLS", url)
     assert check.status == status
@@ -154,7 +154,7 @@ def test_metrics_source_label_carries_no_url_secret() -> None:
     user, password and query, so a metrics scrape shows none of them."""
     import sqlalchemy as sa
 
-    from relay.store.eventids import default_source
+    from relay.store.schema.eventids import default_source
 
     url = sa.make_url("postgresql+psycopg://app:MARKER@db.internal/shop?sslpassword=MARKER")
     assert "MARKER" not in default_source(url)

@@ -29,7 +29,7 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
-#: Frozen copies of ``relay.store.eventids.DEFAULTS``.
+#: Frozen copies of ``relay.store.schema.eventids.DEFAULTS``.
 SQLITE_UUID4 = (
     "(lower(hex(randomblob(4))) || '-' || lower(hex(randomblob(2))) || '-4' || "
     "substr(lower(hex(randomblob(2))), 2) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || "

@@ -6,7 +6,7 @@ instance-wide lock while a transaction that issued ``NOTIFY`` commits, so notify
 committed one at a time; with the flag off each statement still evaluated the trigger's
 ``WHEN`` (about 3 µs of server time a statement, 5-10% of a single-row transaction's commits
 at 32 writers; issue 27). The relay now watches the sequence that numbers ``outbox.id``
-instead (``relay.dispatch.watcher``): every insert moves it before its transaction commits, and
+instead (``relay.wakeup.watcher``): every insert moves it before its transaction commits, and
 reading it touches nothing a writer locks. Relays older than this revision keep working on
 their tick (a second at most) until they are upgraded.
 

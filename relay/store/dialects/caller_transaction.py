@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from relay.store.dialects.clock import Clock, cached
-from relay.store.schema import inbox, outbox
+from relay.store.schema.tables import inbox, outbox
 
 #: The columns every enqueued row binds (the rest take the table's defaults).
 _EVENT_COLUMNS = ("event_type", "payload", "headers", "ordering_key")

@@ -40,11 +40,11 @@ from sqlalchemy import (
 )
 
 from relay.ordering import cut_runs
-from relay.store.claimsize import fit_bytes, text_bytes
 from relay.store.dialects.caller_transaction import InboxStatements, ProducerStatements
 from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
-from relay.store.schema import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
+from relay.store.dispatch_path.claimsize import fit_bytes, text_bytes
+from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
 
 #: The JSON columns a claim returns as text (see :meth:`Dialect.claim_columns`).
@@ -158,7 +158,8 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         lane locked but the merge left out stay locked only until the claim commits; the lane
         of expired leases is empty in normal operation, but on PostgreSQL its index range is
         not (an entry per row claimed since the last vacuum), so a claim reads it only when
-        ``expired`` (:class:`relay.store.lease_sweep.LeaseSweep`): without, the pending lane alone.
+        ``expired`` (:class:`relay.store.dispatch_path.lease_sweep.LeaseSweep`): without, the
+        pending lane alone.
         ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_due(), (outbox.c.id,))

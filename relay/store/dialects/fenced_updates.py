@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 
 from relay.store.dialects.clock import FAILED, PENDING, PROCESSING, SENT, Clock, cached
-from relay.store.schema import outbox, outbox_progress
+from relay.store.schema.tables import outbox, outbox_progress
 
 
 class OutcomeStatements(Clock):

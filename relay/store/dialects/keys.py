@@ -26,7 +26,7 @@ from sqlalchemy import Select, and_, bindparam, func, or_, select, true
 
 from relay.store.dialects.clock import FAILED, SENT
 from relay.store.dialects.dispatch_path import Dialect
-from relay.store.schema import outbox, outbox_progress
+from relay.store.schema.tables import outbox, outbox_progress
 
 #: What a stalled key's row reports: the key, its progress, its head (NULL when missing: then
 #: ``last_seq``, the key's highest number, is above the head's).

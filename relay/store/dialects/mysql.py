@@ -44,11 +44,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
-from relay.store.claimsize import fit_bytes
 from relay.store.dialects.clock import cached
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.operations import Operations
-from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.dispatch_path.claimsize import fit_bytes
+from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import UtcDateTime, utc_now
 
 _MICROSECOND: ColumnElement[Any] = literal_column("MICROSECOND")

@@ -38,8 +38,8 @@ from sqlalchemy import (
 
 from relay.store.dialects.clock import FAILED, PENDING, PROCESSING, SENT, lit
 from relay.store.dialects.dispatch_path import CLAIM_JSON, Dialect
-from relay.store.filters import EventFilter, like_pattern
-from relay.store.schema import audit, heartbeats, outbox, outbox_progress
+from relay.store.operations.filters import EventFilter, like_pattern
+from relay.store.schema.tables import audit, heartbeats, outbox, outbox_progress
 from relay.store.timestamps import UtcDateTime
 
 #: What an operator sees of a row in a list (not the payload: `relay failed list` is a table).
@@ -83,7 +83,7 @@ class Operations:
         )
 
     def matching(self, f: EventFilter) -> ColumnElement[bool]:
-        """The rows an operator's filter selects (``relay.store.filters``)."""
+        """The rows an operator's filter selects (``relay.store.operations.filters``)."""
         conditions: list[ColumnElement[bool]] = []
         if f.statuses:
             conditions.append(outbox.c.status.in_([lit(s) for s in f.statuses]))
@@ -222,7 +222,7 @@ class Operations:
     def event_details(self, matching: ColumnElement[bool]) -> Select[Any]:
         """Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
 
-        ``relay.store.readable`` decodes payload and headers as a claim does."""
+        ``relay.store.operations.readable`` decodes payload and headers as a claim does."""
         columns = [
             self.dialect.json_text(c).label(c.name) if c.name in CLAIM_JSON else c
             for c in self._readable(outbox.c)

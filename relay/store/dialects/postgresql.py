@@ -28,7 +28,7 @@ from relay.store.dialects.clock import PROCESSING, cached
 from relay.store.dialects.dispatch_path import _PLACE
 from relay.store.dialects.operations import Operations
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import ReadTimestamp
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
@@ -224,7 +224,7 @@ class PostgresDialect(ReturningDialect):
     def id_sequence(self) -> Select[Any]:
         """The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.
 
-        NULL when the column has none (:mod:`relay.dispatch.watcher` then polls)."""
+        NULL when the column has none (:mod:`relay.wakeup.watcher` then polls)."""
         return select(func.pg_get_serial_sequence(sa.literal(outbox.name), sa.literal("id")))
 
     def sequence_cache(self) -> TextClause:
@@ -249,7 +249,7 @@ class PostgresDialect(ReturningDialect):
     def databases_inserted(self) -> TextClause:
         """Rows inserted so far in each database named in ``:names``, from the server's
         statistics: one statement on one connection sees every database of the server, the
-        many-databases wake-up (:mod:`relay.store.serverstats`)."""
+        many-databases wake-up (:mod:`relay.store.dispatch_path.serverstats`)."""
         return sa.text(
             "SELECT datname, tup_inserted FROM pg_catalog.pg_stat_database "
             "WHERE datname = ANY(:names)"

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from relay.store.dialects.clock import PENDING, SENT, cached
 from relay.store.dialects.dispatch_path import Dialect
-from relay.store.schema import outbox, purger, sent_counts
+from relay.store.schema.tables import outbox, purger, sent_counts
 
 #: The purger row every migrated database holds (migration 0013).
 SENT_PURGER = "sent"

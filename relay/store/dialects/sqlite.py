@@ -34,7 +34,7 @@ from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.store.dialects.clock import cached
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 

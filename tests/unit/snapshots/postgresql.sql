@@ -262,7 +262,7 @@ FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
--- matching: The rows an operator's filter selects (``relay.store.filters``).
+-- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
 -- new_xact_id: A new transaction id, the wake-up's horizon: every transaction with one is older.

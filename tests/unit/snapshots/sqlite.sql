@@ -220,7 +220,7 @@ WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND ou
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')), sent_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
--- matching: The rows an operator's filter selects (``relay.store.filters``).
+-- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that

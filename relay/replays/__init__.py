@@ -1,0 +1,1 @@
+"""Replay: sent events published again to one queue (``relay replay``, the console, scripts)."""

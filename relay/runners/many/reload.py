@@ -1,0 +1,109 @@
+"""``kill -HUP`` on ``relay dispatch --loop`` over ``RELAY_DATABASES=@PATH``: the file read
+again and the process's databases brought in line with it, without a restart.
+
+A database added is due at once (rows may be waiting); one dropped is given up when no unit
+of its runs (its connection closed, its store disposed: its rows wait for whoever relays that
+database next); one whose URL changed is both. The wake-ups are rebuilt over the new list (one
+per PostgreSQL server), the budget's share of them counted again, and worker threads added up
+to the budget when the list grew. A list the checks refuse (a bad entry, a file that cannot be
+read) changes nothing: the error is logged and the databases stay as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Protocol
+
+from relay.config import Settings
+from relay.config.database_list import forget_files
+from relay.config.databases import budget, each
+from relay.exceptions import ConfigError
+from relay.runners.many.database import Database, polled_ceiling
+from relay.runners.many.schedule import Schedule
+from relay.wakeup.serverwatch import ServerWatch, database_urls, server_of, server_watches
+
+log = logging.getLogger("relay")
+
+
+class Tenants(Protocol):
+    """What a reload changes of :class:`relay.runners.many.workers.Tenants` (which calls it)."""
+
+    settings: Settings
+    databases: dict[str, Database]
+    schedule: Schedule
+    watches: list[ServerWatch]
+    threads: list[threading.Thread]
+
+    def wake(self, names: tuple[str, ...]) -> None: ...
+
+    def start_workers(self, count: int) -> None: ...
+
+
+def apply(t: Tenants) -> int | None:
+    """Bring ``t`` in line with ``RELAY_DATABASES`` read again; returns the worker threads it
+    started, or None while a database to drop still runs a unit (call again: it is held back
+    from new units meanwhile)."""
+    forget_files()
+    try:
+        fresh = dict(each(t.settings))
+    except ConfigError as exc:
+        log.error("relay reload refused, the %d databases stay: %s", len(t.databases), exc)
+        return 0
+    gone = [
+        name
+        for name, db in t.databases.items()
+        if name not in fresh or fresh[name].database_url != db.settings.database_url
+    ]
+    busy = [name for name in gone if t.schedule.tenants[name].running]
+    if busy:
+        for name in gone:
+            t.schedule.tenants[name].due_at = math.inf
+        return None
+    added = [name for name in fresh if name not in t.databases or name in gone]
+    if not gone and not added:
+        log.info("relay reload: RELAY_DATABASES unchanged (%d databases)", len(t.databases))
+        return 0
+    for name in gone:
+        _drop(t, name)
+    for w in t.watches:
+        w.stop()
+    t.watches = server_watches(t.settings, t.wake)
+    watched = {name for w in t.watches for name in w.datnames.values()}
+    servers = {name: server_of(url) for name, url in database_urls(t.settings).items()}
+    total, per_server = budget(t.settings)
+    t.schedule.slots = max(1, total - len(t.watches))
+    t.schedule.per_server = max(1, per_server - (1 if t.watches else 0))
+    polled = len(fresh) - len(watched)
+    now = time.monotonic()
+    for name in added:
+        s = fresh[name]
+        t.databases[name] = db = Database(name, s)
+        db.purge_at = now + s.purge_interval_seconds
+        ceiling = s.tick_seconds if name in watched else polled_ceiling(s, polled)
+        t.schedule.add(
+            name, servers[name], s.poll_floor_seconds, ceiling, now, watched=name in watched
+        )
+    for w in t.watches:
+        w.start()
+    more = max(0, min(t.schedule.slots, len(t.databases)) - len(t.threads))
+    t.start_workers(more)
+    log.info(
+        "relay reloaded RELAY_DATABASES: %d databases; added %s; dropped %s",
+        len(t.databases),
+        ", ".join(added) or "none",
+        ", ".join(gone) or "none",
+    )
+    return more
+
+
+def _drop(t: Tenants, name: str) -> None:
+    db = t.databases.pop(name)
+    t.schedule.tenants.pop(name)
+    db.close_connection()
+    if db.store is not None:
+        db.store.dispose()
+    if db.purger is not None:
+        db.purger.close()

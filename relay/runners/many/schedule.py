@@ -1,0 +1,249 @@
+"""Pure scheduling of many outbox databases in one relay process (``relay dispatch`` over
+``RELAY_DATABASES``, :mod:`relay.runners.many.workers`): which database runs next, when an idle
+one is looked at again, and which database gives up its connection when the budget is full.
+
+No I/O, no clock lookups: times are passed in, so the decisions can be tested from tables.
+
+Fairness is start-time fair queueing over the time each database's units of work took (a
+deficit round-robin whose quantum is one short drain): among the databases that are due, the
+one that has been served least runs first, and a database that was idle starts again level
+with the least-served busy one, so a quiet spell banks no credit and a million-row backlog
+counts against its own database only. A database runs on one worker at a time, so a noisy
+one holds at most one worker while the others take the rest. A look that only polls (no
+wake-up said rows came, its last unit left none) yields to the databases known to have rows:
+when the workers are all busy, a poll that would likely find nothing does not take a turn
+from a database whose rows are waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from relay.wakeup.polling import IdlePoll
+
+#: A watched database (PostgreSQL, whose server's statistics tell which databases took rows)
+#: that claimed rows this recently is still looked at every :data:`WARM_POLL_SECONDS` at most:
+#: the statistics reach the watcher at once only when the writer's last report is a second
+#: old (else up to 10 s later), so a trickle of one event a second is caught by the poll.
+#: The poll is a net that earns its cost: each of its looks that finds nothing the wake-ups
+#: had not already sent for doubles its wait (up to :data:`COLD_POLL_SECONDS`), and one that
+#: finds rows (the statistics came late) brings it back to :data:`WARM_POLL_SECONDS`. Where
+#: the writers' statistics come promptly (sessions that end, or a second apart) the
+#: wake-ups alone carry the trickle and the looks cost no connection.
+WARM_SECONDS = 30.0
+WARM_POLL_SECONDS = 0.5
+#: Looks a second, in all, at the warm watched databases: each look costs a connection.
+WARM_LOOKS_PER_SECOND = 50.0
+#: A watched database idle longer is looked at this rarely: its first write after a quiet
+#: spell reaches the statistics, and the watcher, at once; this is the net under a lost one
+#: (PostgreSQL reports an idle session's statistics within 10 s).
+COLD_POLL_SECONDS = 10.0
+
+
+@dataclass(slots=True)
+class Tenant:
+    """One database as the scheduler sees it."""
+
+    name: str
+    #: Where its connections count against the per-server budget (``host:port``).
+    server: str
+    poll: IdlePoll
+    #: A wake-up watches its server (PostgreSQL): it cools to :data:`COLD_POLL_SECONDS`.
+    watched: bool = False
+    #: When it should be looked at next (claim), on the caller's monotonic clock.
+    due_at: float = 0.0
+    #: Seconds of work it has been served (its virtual time).
+    served: float = 0.0
+    #: A worker is running a unit of work for it.
+    running: bool = False
+    #: It holds a connection (running, or parked for reuse since ``parked_at``).
+    holding: bool = False
+    parked_at: float = 0.0
+    #: When a unit last claimed rows.
+    busy_at: float = 0.0
+    #: A wake-up came since its last unit started (rows were committed there).
+    woken: bool = False
+    #: The unit running now (or last) was started by a wake-up, not by a poll.
+    by_wake: bool = False
+    #: The warm poll's wait now (watched databases): doubled by each empty look.
+    net: float = WARM_POLL_SECONDS
+    #: Its next look is a poll, with no sign of rows: it yields to those known to have some.
+    polling: bool = False
+
+
+@dataclass(slots=True)
+class Unit:
+    """What one unit of work (a short drain) found, as the scheduler needs it."""
+
+    #: Rows it claimed.
+    claimed: int = 0
+    #: A claim found nothing left: the database is drained for now.
+    drained: bool = True
+    #: Wait at least this long before the next unit (a broker or database outage backing off).
+    rest: float = 0.0
+
+
+@dataclass
+class Schedule:
+    """The many-databases scheduler: due times, fair order and the connection budget.
+
+    ``slots`` connections in all, at most ``per_server`` on one server. A database holds one
+    while a unit runs and may keep it afterwards (parked) while it has work, so a busy
+    database does not reconnect for every unit; a parked connection is taken back, the least
+    recently parked first, as soon as another database needs the slot.
+    """
+
+    slots: int
+    per_server: int
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+
+    def add(
+        self,
+        name: str,
+        server: str,
+        floor: float,
+        ceiling: float,
+        now: float,
+        *,
+        watched: bool = False,
+    ) -> None:
+        """A database to serve, due at once (rows may have waited while the relay was down):
+        polled from ``floor`` up to ``ceiling``, or, ``watched``, up to
+        :data:`WARM_POLL_SECONDS` while warm and :data:`COLD_POLL_SECONDS` once cold."""
+        if watched:
+            ceiling = min(ceiling, WARM_POLL_SECONDS)
+        poll = IdlePoll(min(floor, ceiling), ceiling)
+        self.tenants[name] = Tenant(name, server, poll, watched=watched, due_at=now, busy_at=now)
+
+    # -- what runs next ---------------------------------------------------------------------
+    def ready(self, now: float) -> list[Tenant]:
+        """The databases due and not running: those known to have rows (woken, or left rows)
+        before those only polled, each group least served first (ties: longest overdue)."""
+        due = [t for t in self.tenants.values() if not t.running and t.due_at <= now]
+        return sorted(due, key=lambda t: (t.polling, t.served, t.due_at))
+
+    def next_due(self) -> float | None:
+        """The earliest due time of a database not running (None: every one is running)."""
+        times = [t.due_at for t in self.tenants.values() if not t.running]
+        return min(times, default=None)
+
+    def wake(self, names: Iterable[str], now: float) -> None:
+        """Rows were committed there (a wake-up): due at once, polling from the floor again;
+        one running now is due again as soon as its unit ends (its claim may have come before
+        the commit)."""
+        for name in names:
+            t = self.tenants.get(name)
+            if t is not None:
+                t.poll.reset()
+                t.woken = True
+                t.polling = False
+                t.due_at = min(t.due_at, now)
+
+    def wake_all(self, now: float) -> None:
+        """The wake-up lost sight of its server: every database there may have rows."""
+        self.wake(list(self.tenants), now)
+
+    # -- the connection budget --------------------------------------------------------------
+    def in_use(self, server: str | None = None) -> int:
+        """Connections held (running or parked), on ``server`` or in all."""
+        return sum(1 for t in self.tenants.values() if t.holding and server in (None, t.server))
+
+    def evictable(self, tenant: Tenant) -> Tenant | bool | None:
+        """Whether ``tenant`` may start a unit: True when it holds its connection already or a
+        slot is free, a parked database to take the slot from (close its connection first),
+        or None to wait for a running one to finish."""
+        if tenant.holding:
+            return True
+        full_total = self.in_use() >= self.slots
+        full_server = self.in_use(tenant.server) >= self.per_server
+        if not (full_total or full_server):
+            return True
+        parked = [
+            t
+            for t in self.tenants.values()
+            if t.holding and not t.running and (not full_server or t.server == tenant.server)
+        ]
+        return min(parked, key=lambda t: t.parked_at, default=None)
+
+    def start(self, tenant: Tenant) -> None:
+        """A worker runs a unit for ``tenant``, on a connection it holds; a database back from
+        a quiet spell starts level with the least-served running one (it banked no credit)."""
+        level = min((t.served for t in self.tenants.values() if t.running), default=None)
+        if level is not None:
+            tenant.served = max(tenant.served, level)
+        tenant.running = tenant.holding = True
+        tenant.by_wake, tenant.woken = tenant.woken, False
+
+    def release(self, tenant: Tenant) -> None:
+        """``tenant``'s connection was closed (idle, evicted, or lost)."""
+        tenant.holding = False
+
+    # -- after a unit -----------------------------------------------------------------------
+    def finish(self, tenant: Tenant, unit: Unit, started: float, now: float) -> bool:
+        """Charge ``tenant`` for the unit it ran from ``started`` to ``now`` and set when it is
+        due again; returns whether it should keep its connection (it has work left)."""
+        tenant.running = False
+        tenant.served += max(0.0, now - started)
+        if unit.claimed:
+            tenant.busy_at = now
+        tenant.polling = False
+        if unit.rest > 0:
+            tenant.due_at = now + unit.rest
+            return False
+        if not unit.drained:  # more rows: due at once, behind whoever is served less
+            tenant.due_at = now
+            tenant.parked_at = now
+            return True
+        if tenant.woken:  # rows committed while it ran: look again at once
+            tenant.due_at = now
+            return False
+        if tenant.watched:
+            # Drained: new rows will wake it; the look is the net under a late report.
+            if not tenant.by_wake:
+                tenant.net = (
+                    WARM_POLL_SECONDS if unit.claimed else min(COLD_POLL_SECONDS, tenant.net * 2)
+                )
+            tenant.due_at = now + self.watched_poll(tenant, now)
+            tenant.polling = True
+            return False
+        if unit.claimed:
+            tenant.poll.reset()
+        tenant.due_at = now + tenant.poll.next()
+        tenant.polling = True
+        if unit.claimed:  # polled: it looks again after the floor, on the same connection
+            tenant.parked_at = now
+            return True
+        return False
+
+    def watched_poll(self, tenant: Tenant, now: float) -> float:
+        """How soon a drained watched database is looked at again: after its net's wait
+        (from :data:`WARM_POLL_SECONDS`, doubled by each empty look) while it had rows
+        lately, but the warm databases together at most :data:`WARM_LOOKS_PER_SECOND` times
+        a second; :data:`COLD_POLL_SECONDS` once quiet."""
+        if now - tenant.busy_at >= WARM_SECONDS:
+            return COLD_POLL_SECONDS
+        warm = sum(1 for t in self.tenants.values() if t.watched and now - t.busy_at < WARM_SECONDS)
+        return max(tenant.net, warm / WARM_LOOKS_PER_SECOND)
+
+    def failed(self, tenant: Tenant, rest: float, now: float) -> None:
+        """The unit failed (the database unreachable): due again after ``rest``, no
+        connection kept."""
+        tenant.running = False
+        tenant.polling = False
+        tenant.due_at = now + rest
+
+    def waiting(self, now: float) -> int:
+        """Databases due but not running: waiting for a worker or a connection."""
+        return len(self.ready(now))
+
+
+__all__ = [
+    "COLD_POLL_SECONDS",
+    "WARM_LOOKS_PER_SECOND",
+    "WARM_POLL_SECONDS",
+    "WARM_SECONDS",
+    "Schedule",
+    "Tenant",
+    "Unit",
+]

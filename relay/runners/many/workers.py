@@ -1,0 +1,366 @@
+"""``relay dispatch --once|--loop`` over many outbox databases (``RELAY_DATABASES``) in ONE
+process, within a connection budget (``RELAY_MAX_CONNECTIONS``, ``RELAY_MAX_SERVER_CONNECTIONS``).
+
+Each database keeps its own dispatcher: its store, its leases (its own lease domain), its
+circuit breaker and its retries. What they share is a few worker threads, each with one broker
+connection, and the budget: a database holds a connection only while a worker runs a unit of
+work for it (a short drain, :data:`QUANTUM_SECONDS`) and, while it has rows left, parked
+between its units; an idle database holds none. :class:`relay.runners.many.schedule.Schedule`
+(pure) decides which database runs next (the least served, so a million-row backlog cannot
+starve a quiet database), when an idle one is looked at again, and whose parked connection is
+closed when another needs the slot. Wake-ups cost one connection per PostgreSQL *server*
+(:class:`ServerWatch`, reading which databases inserted rows), not one per database.
+
+Why this answers what :mod:`relay.runners.supervisor` measured: a turn-taking loop made a quiet
+database wait for the busy one's whole drain (seconds) and a database that was down stalled
+every turn; here the busy database runs on one worker at a time in units of one or two
+batches while the other workers serve the rest, and a database that is down fails its own
+unit within its connect deadline and rests on its own backoff. Threads do share the
+interpreter lock, which costs the quiet database a switch interval per round trip: the bench
+(``python -m bench --only tenants``, docs/benchmarks.md) measures its p99 beside a noisy one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from relay import publishers
+from relay.config import Settings, timing
+from relay.config.databases import budget, each
+from relay.dispatch.dispatcher import Dispatcher, Report
+from relay.dispatch.stopping import StopGuard
+from relay.exceptions import ConfigError, RelayError, StoreError
+from relay.publishers import Publisher
+from relay.runners import loop as runner
+from relay.runners.many.database import (
+    FIRST_PURGES_SECONDS,
+    QUANTUM_SECONDS,
+    Database,
+    polled_ceiling,
+)
+from relay.runners.many.schedule import Schedule, Tenant, Unit
+from relay.wakeup.serverwatch import database_urls, server_of, server_watches
+
+log = logging.getLogger("relay")
+
+#: The scheduler looks at its queue at least this often (the heartbeat's pace).
+TICK_SECONDS = 0.5
+#: A database whose unit failed for a reason retrying cannot mend (no outbox table, a
+#: permission) is tried again this rarely, logged each time.
+BROKEN_REST_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A worker's word back to the scheduler."""
+
+    name: str
+    unit: Unit | None
+    started: float
+    report: Report | None = None
+    error: BaseException | None = None
+
+
+class Tenants:
+    """The scheduler, its workers and its wake-ups; :func:`run` drives it."""
+
+    def __init__(self, settings: Settings, *, once: bool = False) -> None:
+        self.settings, self.once = settings, once
+        self.databases = {name: Database(name, s) for name, s in each(settings)}
+        self.observer = runner.observer(settings)
+        self.watches = [] if once else server_watches(settings, self.wake)
+        watched = {name for w in self.watches for name in w.datnames.values()}
+        servers = {name: server_of(url) for name, url in database_urls(settings).items()}
+        total, per_server = budget(settings)
+        slots = total - len(self.watches)
+        if slots < 1 or (per_server - 1 < 1 and self.watches):
+            raise ConfigError(
+                f"RELAY_MAX_CONNECTIONS={total} leaves no connection to dispatch with: the "
+                f"wake-up takes one per PostgreSQL server ({len(self.watches)}); allow at "
+                f"least {len(self.watches) + 1}, or set RELAY_NOTIFY=0"
+            )
+        # A watched server's own slot comes out of its share too.
+        self.schedule = Schedule(slots, per_server - (1 if self.watches else 0))
+        now = time.monotonic()
+        polled = len(self.databases) - len(watched)
+        for i, (name, db) in enumerate(self.databases.items()):
+            s = db.settings
+            # The first purges spread over a minute, not all at the first idle moment.
+            db.purge_at = now + min(s.purge_interval_seconds, FIRST_PURGES_SECONDS) * i / len(
+                self.databases
+            )
+            self.schedule.add(
+                name,
+                servers[name],
+                s.poll_floor_seconds,
+                s.tick_seconds if name in watched else polled_ceiling(s, polled),
+                now,
+                watched=name in watched,
+            )
+        self.workers = min(slots, len(self.databases))
+        self.stop = threading.Event()
+        #: SIGHUP: read ``RELAY_DATABASES=@PATH`` again (:mod:`relay.runners.many.reload`).
+        self.reload_requested = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self._events: queue.Queue[Done | tuple[str, ...]] = queue.Queue()
+        self._jobs: queue.Queue[str | None] = queue.Queue()
+        self._started: dict[str, float] = {}
+        self.report = Report()
+        self.failures: list[str] = []
+        #: Units of work run, and the seconds they took in all (logged at the end).
+        self.units, self.unit_seconds = 0, 0.0
+
+    # -- wake-ups ---------------------------------------------------------------------------
+    def wake(self, names: tuple[str, ...]) -> None:
+        """From a watcher's thread: rows were inserted in ``names`` (empty: perhaps anywhere)."""
+        self._events.put(names)
+
+    # -- the budget as the metrics and the doctor read it -----------------------------------
+    def budget(self) -> dict[str, int]:
+        """The connection budget now: slots, connections held, databases waiting."""
+        now = time.monotonic()
+        return {
+            "budget": self.settings.max_connections,
+            "in_use": self.schedule.in_use() + sum(w.connected for w in self.watches),
+            "waiting": self.schedule.waiting(now),
+            "databases": len(self.databases),
+        }
+
+    def hung(self) -> bool:
+        """A unit has run longer than a lease: every call in it has a shorter deadline, so it
+        is stuck, and liveness (``--heartbeat-file``) must say so."""
+        oldest = min(self._started.values(), default=None)
+        return oldest is not None and time.monotonic() - oldest > self.settings.lease_seconds
+
+    # -- the loop ---------------------------------------------------------------------------
+    def start_workers(self, count: int) -> None:
+        """``count`` more worker threads, each with its own broker connection."""
+        for _ in range(count):
+            t = threading.Thread(
+                target=self._work, name=f"relay-tenant-{len(self.threads)}", daemon=True
+            )
+            self.threads.append(t)
+            t.start()
+
+    def run(self, beat: Callable[[], None] | None = None) -> Report:
+        from relay.runners.many import reload
+
+        self.start_workers(self.workers)
+        for w in self.watches:
+            w.start()
+        idle = self.workers
+        remaining = set(self.databases)
+        try:
+            while not self.stop.is_set() and (remaining or not self.once):
+                if beat is not None and not self.hung():
+                    beat()
+                idle += self._settle(remaining)
+                if self.reload_requested.is_set():
+                    started = reload.apply(self)
+                    if started is not None:  # None: a database to drop is still running
+                        self.reload_requested.clear()
+                        idle += started
+                idle -= self._dispatch(idle)
+                self._wait()
+        finally:
+            for w in self.watches:
+                w.stop()
+            self.stop.set()
+            for _ in self.threads:
+                self._jobs.put(None)
+            deadline = time.monotonic() + timing.STOP_SECONDS
+            for t in self.threads:
+                t.join(max(0.1, deadline - time.monotonic()))
+            for db in self.databases.values():
+                db.close_connection()
+                if db.store is not None:
+                    db.store.dispose()
+                if db.purger is not None:
+                    db.purger.close()
+        return self.report
+
+    def _wait(self) -> None:
+        """Until a worker finishes, a wake-up comes or the next database is due; databases
+        already due but not handed out wait for a worker or a connection, so for an event."""
+        now = time.monotonic()
+        due = self.schedule.next_due()
+        wait = TICK_SECONDS if due is None or due <= now else due - now
+        try:
+            item = self._events.get(timeout=min(TICK_SECONDS, max(0.0, wait)))
+        except queue.Empty:
+            return
+        self._events.put(item)  # settled on the next pass, with whatever else came
+
+    def _settle(self, remaining: set[str]) -> int:
+        """Take in the workers' results and the wake-ups; returns the workers freed."""
+        freed = 0
+        now = time.monotonic()
+        while True:
+            try:
+                item = self._events.get_nowait()
+            except queue.Empty:
+                return freed
+            if isinstance(item, tuple):
+                if item:
+                    self.schedule.wake(item, now)
+                else:
+                    self.schedule.wake_all(now)
+                continue
+            freed += 1
+            self._started.pop(item.name, None)
+            tenant = self.schedule.tenants[item.name]
+            db = self.databases[item.name]
+            self.units += 1
+            self.unit_seconds += now - item.started
+            if item.report is not None:
+                self.report.add(item.report)
+            if item.unit is None:  # the unit failed
+                rest = BROKEN_REST_SECONDS if db.failed else db.backoff.next()
+                self.schedule.failed(tenant, rest, now)
+                self._close(tenant)
+                if self.once:
+                    self.failures.append(item.name)
+                    remaining.discard(item.name)
+                continue
+            db.backoff.reset()
+            keep = self.schedule.finish(tenant, item.unit, item.started, now)
+            if not keep:
+                self._close(tenant)
+            if self.once and item.unit.drained and not item.unit.claimed:
+                remaining.discard(item.name)
+                tenant.due_at = float("inf")
+
+    def _dispatch(self, idle: int) -> int:
+        """Hand due databases to idle workers, within the budget; returns how many."""
+        handed = 0
+        for tenant in self.schedule.ready(time.monotonic()):
+            if handed >= idle:
+                break
+            slot = self.schedule.evictable(tenant)
+            if slot is None:
+                continue  # waiting for a connection
+            if isinstance(slot, Tenant):
+                self._close(slot)
+            self.schedule.start(tenant)
+            self._started[tenant.name] = time.monotonic()
+            self._jobs.put(tenant.name)
+            handed += 1
+        return handed
+
+    def _close(self, tenant: Tenant) -> None:
+        if tenant.holding:
+            self.databases[tenant.name].close_connection()
+            self.schedule.release(tenant)
+
+    def _work(self) -> None:
+        publisher = publishers.for_url(
+            self.settings.events_connection_url,
+            self.settings.exchange,
+            confirm_timeout=self.settings.confirm_timeout_seconds,
+            signing_keys=self.settings.signing_keys,
+        )
+        try:
+            while True:
+                name = self._jobs.get()
+                if name is None:
+                    return
+                self._events.put(self._unit(name, publisher))
+        finally:
+            publisher.close()
+
+    def _unit(self, name: str, publisher: Publisher) -> Done:
+        db = self.databases[name]
+        started = time.monotonic()
+        try:
+            relay = db.relay(publisher, self.observer)
+            report, drained = self._relay(relay, db.settings.batch_size)
+            if drained and time.monotonic() >= db.purge_at and not self.once:
+                db.purge(self.stop, relay.worker_id)
+        except StoreError as exc:
+            db.failed = not exc.retryable
+            log.warning("database %r unavailable, resting: %s", name, exc)
+            return Done(name, None, started, error=exc)
+        except RelayError as exc:
+            db.failed = True
+            log.error("database %r failed its unit: %s", name, exc)
+            return Done(name, None, started, error=exc)
+        except Exception as exc:  # a bug: that database rests, the others go on
+            db.failed = True
+            log.exception("database %r failed its unit", name)
+            return Done(name, None, started, error=exc)
+        db.failed = False
+        rest = 0.0
+        if report.broker_error:
+            rest = max(relay.breaker.remaining(relay.clock()), timing.BROKER_REST_MIN_SECONDS)
+        unit = Unit(claimed=report.claimed, drained=drained, rest=rest)
+        return Done(name, unit, started, report=report)
+
+    def _relay(self, relay: Dispatcher, batch_size: int) -> tuple[Report, bool]:
+        """One unit's work: one cycle (claim, publish, record: two transactions), and a drain
+        of at most :data:`QUANTUM_SECONDS` when its claim came back full. A short claim ends
+        the unit as drained: what it left (rows another relay holds, a key held back) is the
+        next look's, and a trickle costs no third transaction to find the outbox empty."""
+        report = relay.run_once()
+        if report.claimed < batch_size or report.broker_error or self.stop.is_set():
+            return report, True
+        report.add(relay.drain(budget_seconds=QUANTUM_SECONDS, stop=self.stop))
+        return report, report.drained
+
+
+def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
+    """Every configured database relayed by this one process until all drained (``once``) or
+    SIGTERM/SIGINT. Raises ``SystemExit(1)`` in ``once`` mode when a database failed."""
+    runner.dump_stacks_on(signal.SIGUSR1)
+    tenants = Tenants(settings, once=once)
+    log.info(
+        "relay starting over %d databases in one process, %d connections at most "
+        "(%d workers, %d wake-up connections): %s",
+        len(tenants.databases),
+        settings.max_connections,
+        tenants.workers,
+        len(tenants.watches),
+        settings.describe(),
+    )
+
+    # SIGTERM within the bound every relay process keeps (relay.dispatch.stopping): a warm
+    # stop, forced if a unit is still blocked when the deadline comes.
+    guard = StopGuard()
+
+    def on_signal(*_: object) -> None:
+        guard.signalled()
+        tenants.stop.set()
+        tenants.wake(("",))
+
+    def on_hangup(*_: object) -> None:  # kill -HUP: RELAY_DATABASES=@PATH read again
+        tenants.reload_requested.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if not once:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
+    if settings.metrics_port is not None and not once:
+        from relay.observe import budget
+
+        budget.serve(settings.metrics_port, tenants.budget)
+    try:
+        beat = runner.heartbeat(heartbeat_file, runner.liveness_seconds(settings))
+        report = tenants.run(beat)
+    finally:
+        guard.disarm()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info(
+        "relay over %d databases done: %s; %d units of work, %.1f ms each on average",
+        len(tenants.databases),
+        report,
+        tenants.units,
+        1000 * tenants.unit_seconds / max(1, tenants.units),
+    )
+    if tenants.failures:
+        raise SystemExit(1)
+    return report

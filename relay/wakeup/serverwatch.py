@@ -1,0 +1,173 @@
+"""The many-databases wake-up: one watcher per PostgreSQL *server*, not per database.
+
+Every ``RELAY_POLL_FLOOR_SECONDS`` it reads how many rows each of the server's relayed
+databases has inserted (:class:`relay.store.dispatch_path.serverstats.ServerStats`, one
+statement on one connection) and wakes the databases whose count moved; the scheduler then
+claims there only.
+A count moves late when the writer's session reported its statistics less than a second
+before (PostgreSQL reports then within 10 s), so the scheduler also polls the databases busy
+lately (:mod:`relay.runners.many.schedule`). When the watcher loses its server it wakes every
+database (rows may have come meanwhile) and looks again with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy import make_url
+
+from relay.config import Settings, timing
+from relay.config.databases import each
+from relay.config.urls import redact
+from relay.exceptions import StoreError
+from relay.policy import Backoff
+from relay.store.dispatch_path.serverstats import ServerStats, changed
+from relay.store.engine import create_engine, normalize_url
+
+log = logging.getLogger(__name__)
+
+#: PostgreSQL's ``application_name`` of a many-databases relay's connections (its wake-ups'
+#: and its dispatchers'): what ``relay doctor`` counts on each server.
+APPLICATION_NAME = "relay"
+
+
+def server_of(url: Any) -> str:
+    """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return f"sqlite:{url.database}"
+    return f"{url.host or 'localhost'}:{url.port or _DEFAULT_PORTS.get(backend, '')}"
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
+
+
+def database_urls(settings: Settings) -> dict[str, Any]:
+    """Each configured database's SQLAlchemy URL, by name."""
+    return {name: make_url(normalize_url(s.database_url)) for name, s in each(settings)}
+
+
+def server_watches(
+    settings: Settings, on_wake: Callable[[tuple[str, ...]], None]
+) -> list[ServerWatch]:
+    """One :class:`ServerWatch` (not started) per PostgreSQL server among the configured
+    databases, with ``RELAY_NOTIFY`` on; none otherwise."""
+    if not settings.notify:
+        return []
+    grouped = _postgresql_servers(settings)
+    return [
+        ServerWatch(
+            server,
+            dbs[0][1],
+            {str(url.database): name for name, url in dbs},
+            on_wake,
+            settings.poll_floor_seconds,
+        )
+        for server, dbs in grouped.items()
+    ]
+
+
+def stats_by_server(settings: Settings) -> list[tuple[ServerStats, dict[str, str]]]:
+    """A reader of the written-rows figures (:class:`ServerStats` with ``written``) for each
+    PostgreSQL server among the configured databases, each with its database names (database
+    name -> relay name); it connects when read, and is closed after each read by its caller."""
+    return [
+        (
+            ServerStats(_engine(urls[0][1]), [str(u.database) for _, u in urls], written=True),
+            {str(u.database): name for name, u in urls},
+        )
+        for urls in _postgresql_servers(settings).values()
+    ]
+
+
+def _postgresql_servers(settings: Settings) -> dict[str, list[tuple[str, Any]]]:
+    grouped: dict[str, list[tuple[str, Any]]] = {}
+    for name, url in database_urls(settings).items():
+        if url.get_backend_name() == "postgresql":
+            grouped.setdefault(server_of(url), []).append((name, url))
+    return grouped
+
+
+def _engine(url: Any) -> Any:
+    # abandon_calls: a look at a server that acknowledges and never answers is abandoned by
+    # the watchdog at the dispatch path's call deadline, like the store's own calls.
+    return create_engine(
+        url.render_as_string(hide_password=False),
+        connect_args={"application_name": APPLICATION_NAME},
+        abandon_calls=True,
+    )
+
+
+class ServerWatch:
+    """Watches one server's databases (``datnames``: database name -> relay name) in a daemon
+    thread, calling ``on_wake`` with the relay names of those that inserted rows, or with
+    ``()`` when it cannot tell (it lost the server)."""
+
+    def __init__(
+        self,
+        server: str,
+        url: Any,
+        datnames: Mapping[str, str],
+        on_wake: Callable[[tuple[str, ...]], None],
+        floor: float = 0.025,
+    ) -> None:
+        self.server, self.datnames, self.on_wake, self.floor = (
+            server,
+            dict(datnames),
+            on_wake,
+            floor,
+        )
+        self.stats = ServerStats(_engine(url), list(self.datnames))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Holds its one connection to the server.
+        self.connected = False
+        #: Looks so far, and wake-ups sent.
+        self.looks = self.woken = 0
+
+    def start(self) -> ServerWatch:
+        self._thread = threading.Thread(target=self._run, name="relay-server-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.stats.close()
+        self.connected = False
+
+    def _run(self) -> None:
+        backoff = Backoff(timing.WATCH_RETRY_FIRST_SECONDS, timing.WATCH_RETRY_MAX_SECONDS)
+        before: dict[str, int] | None = None
+        wait = 0.0
+        while not self._stop.wait(wait):
+            try:
+                now = self.stats.inserted()
+            except StoreError as exc:
+                self.connected = False
+                wait = backoff.next()
+                if before is not None:
+                    log.warning(
+                        "relay wake-up lost server %s, looking again in %.1fs: %s",
+                        redact(self.server),
+                        wait,
+                        exc,
+                    )
+                    self.on_wake(())
+                before = None
+                continue
+            self.connected = True
+            self.looks += 1
+            backoff.reset()
+            if before is None:
+                self.on_wake(())  # back (or first): rows may have come while it looked away
+            else:
+                moved = tuple(self.datnames[d] for d in changed(before, now) if d in self.datnames)
+                if moved:
+                    self.woken += 1
+                    self.on_wake(moved)
+            before, wait = now, self.floor

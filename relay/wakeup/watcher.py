@@ -1,0 +1,280 @@
+"""How a relay learns that rows were committed, without a writer paying for it.
+
+- PostgreSQL (``RELAY_NOTIFY`` on, the default): a :class:`SequenceWatcher` looks at the
+  sequence that numbers ``outbox.id`` every ``RELAY_POLL_FLOOR_SECONDS`` (one statement that
+  reads no table; :mod:`relay.store.dispatch_path.sequence`); when it moved, it looks for
+  claimable rows and wakes the relay if there are some, and keeps looking until every writer
+  it saw has ended
+  (:class:`relay.wakeup.polling.SequenceWatch`). Any writer is seen, plain SQL in any language
+  included, and none runs a trigger or a statement for it: migration 0014 dropped the NOTIFY
+  trigger, whose commits PostgreSQL serialises (issue 27). It works through a transaction pooler
+  too.
+- Elsewhere (MySQL, MariaDB, SQLite, ``RELAY_NOTIFY=0``), or when the sequence cannot be read:
+  a :class:`Poller` looks for claimable rows adaptively, floor to ceiling.
+
+Both call their callback from a daemon thread; the caller decides what a wake-up is
+(``relay dispatch --loop`` sets the event its loop waits on, Celery beat sends a
+``claim_and_dispatch``) and coalesces bursts. A wake-up is a hint, never the data: the claim
+decides what there is to do, and the tick is the safety net for any wake-up missed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from typing import Any, Self
+
+import sqlalchemy as sa
+
+from relay.config import timing
+from relay.config.urls import redact
+from relay.exceptions import StoreError
+from relay.policy import Backoff
+from relay.store.dispatch_path.sequence import SequenceReader
+from relay.store.dispatch_path.store import DispatchStore
+from relay.store.engine import normalize_url
+from relay.wakeup.polling import IdlePoll, SequenceWatch
+
+log = logging.getLogger(__name__)
+
+
+class _Stop:
+    """A stop flag to wait on between looks. ``threading.Event.wait`` builds a condition and a
+    lock at every call (159 µs of CPU here for a 25 ms wait); a lock held until :meth:`set`
+    waits with one call (72 µs): it counts, 40 times a second for the life of the relay."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True at once if (or as soon as) the flag is set."""
+        if self._set or seconds <= 0:
+            return self._set
+        if self._lock.acquire(timeout=seconds):
+            self._lock.release()
+        return self._set
+
+
+def supports(database_url: str) -> bool:
+    """Whether ``database_url`` is a PostgreSQL database (the only one with a watched sequence)."""
+    return sa.make_url(normalize_url(database_url)).get_backend_name() == "postgresql"
+
+
+class _Background:
+    """A daemon thread running :meth:`run` until :meth:`stop`."""
+
+    thread_name = "relay-watch"
+
+    def __init__(self) -> None:
+        self._stop = _Stop()
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self.run, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to end and wait for it (it ends within one look)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class SequenceWatcher(_Background):
+    """Looks at the outbox id sequence every ``floor`` seconds in a daemon thread and calls
+    ``on_wake`` when a writer it saw may have committed and rows are claimable (a rolled-back
+    insert wakes nothing); ``on_wake`` must be quick and must not raise.
+
+    A look that fails for a passing reason (the database restarting, the connection killed) is
+    logged once and retried with backoff; the watcher then starts afresh, with a look for rows
+    committed meanwhile. One that retrying cannot mend (no ``SELECT`` on the sequence,
+    ``outbox.id`` without a sequence) is logged as an ERROR naming the fix, kept in
+    :attr:`error`, and hands over to ``on_unwatchable`` (the runners start a :class:`Poller`).
+    """
+
+    def __init__(
+        self,
+        store: DispatchStore,
+        on_wake: Callable[[], None],
+        floor: float,
+        *,
+        on_unwatchable: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.store, self.on_wake, self.floor = store, on_wake, floor
+        self.on_unwatchable = on_unwatchable
+        self.reader = SequenceReader(store)
+        self.rule = SequenceWatch()
+        #: Looks at the sequence so far; looks for rows, and how many found some (each one
+        #: woke the relay).
+        self.looks = self.probes = self.found = 0
+        #: Set while looks succeed; cleared while the database cannot be reached.
+        self.watching = threading.Event()
+        #: The error that made the watcher give up, if one did.
+        self.error: StoreError | None = None
+        #: The sequence watched (schema-qualified), once resolved.
+        self.sequence: str | None = None
+        self._where = redact(store.engine.url.render_as_string(hide_password=True))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        super().stop(timeout)
+        self.reader.close()
+        self.store.dispose()
+
+    def run(self) -> None:
+        """Look every floor until :meth:`stop`, reconnecting with backoff."""
+        backoff = Backoff(timing.WATCH_RETRY_FIRST_SECONDS, timing.WATCH_RETRY_MAX_SECONDS)
+        wait, troubled = 0.0, False
+        while not self._stop.wait(wait):
+            try:
+                self.step()
+            except StoreError as exc:
+                self.watching.clear()
+                self.rule.reset()
+                if not exc.retryable:
+                    self._give_up(str(exc))
+                    return
+                wait = backoff.next()
+                if not troubled:
+                    log.warning(
+                        "relay wake-up lost the database (%s), looking again in %.1fs: %s",
+                        self._where,
+                        wait,
+                        exc,
+                    )
+                troubled = True
+                continue
+            except Exception:  # a bug, or an on_wake that raised: log once, keep watching
+                self.rule.reset()
+                wait = backoff.next()
+                if not troubled:
+                    log.exception("relay wake-up failed a look; looking again in %.1fs", wait)
+                troubled = True
+                continue
+            if troubled:
+                log.warning("relay wake-up reached the database again; looking for rows")
+            troubled, wait = False, self.floor
+            backoff.reset()
+
+    def step(self) -> bool:
+        """One look at the sequence and, when the rule asks, one look for rows; returns whether
+        it woke the relay."""
+        if self.sequence is None:
+            self.sequence = self.reader.sequence()
+            if self.sequence is None:
+                raise StoreError("outbox.id has no sequence (was the table made by relay migrate?)")
+            log.info("relay wake-up watching %s (%s)", self.sequence, self._where)
+        look = self.reader.look(self.sequence)
+        self.looks += 1
+        self.watching.set()
+        wanted = self.rule.observe(look.value, look.xmin)
+        if self.rule.wants_horizon:
+            self.rule.hold(self.reader.horizon())
+        if not wanted:
+            return False
+        self.probes += 1
+        # New rows only: expired leases are the claims' (and the tick's) to find.
+        if not self.store.backlog(1, expired=False):
+            return False
+        self.found += 1
+        self.on_wake()
+        return True
+
+    def _give_up(self, why: str) -> None:
+        self.error = StoreError(why)
+        log.error(
+            "relay wake-up cannot watch %s on %s: %s. Grant the relay's role SELECT on it "
+            "(GRANT SELECT ON SEQUENCE %s TO <role>; docs/postgresql.md), or set RELAY_NOTIFY=0; "
+            "polling adaptively instead",
+            self.sequence or "the outbox id sequence",
+            self._where,
+            why,
+            self.sequence or "outbox_id_seq",
+        )
+        if self.on_unwatchable is not None:
+            self.on_unwatchable()
+
+
+class Poller(_Background):
+    """Where nothing is watched (MySQL, MariaDB, SQLite, or ``RELAY_NOTIFY=0``): looks for
+    claimable rows in a daemon thread and calls ``on_found`` when there are some.
+
+    It looks ``floor`` seconds after finding rows, doubling the wait after each look that found
+    none, up to ``ceiling`` (the tick): idle, it costs one bounded count of the claim index per
+    ceiling. A look that fails for a passing reason (the database unreachable) is logged and
+    retried at the next one; one that retrying cannot mend (the outbox table missing, a
+    permission revoked) stops the poller with an ERROR log and is kept in :attr:`error`,
+    instead of the same warning every ceiling for ever.
+    """
+
+    thread_name = "relay-poll"
+
+    def __init__(
+        self, store: DispatchStore, on_found: Callable[[], None], floor: float, ceiling: float
+    ) -> None:
+        super().__init__()
+        self.store, self.on_found = store, on_found
+        # The floor for about one ceiling after rows were seen: workers draining them make
+        # the looks meanwhile come back empty, which says nothing about new rows.
+        self.poll = IdlePoll(floor, ceiling, hold=math.ceil(ceiling / floor))
+        #: Looks so far, and how many found rows.
+        self.looks = self.found = 0
+        #: The non-retryable error that stopped the poller, if one did.
+        self.error: StoreError | None = None
+
+    def run(self) -> None:
+        while not self._stop.wait(self.poll.next()):
+            self.looks += 1
+            try:
+                # New rows only: expired leases are the claims' (and the tick's) to find.
+                rows = self.store.backlog(1, expired=False)
+            except StoreError as exc:
+                if not exc.retryable:
+                    self.error = exc
+                    log.error("relay poller stopped: looking for new rows cannot succeed: %s", exc)
+                    return
+                log.warning("relay poller could not look for new rows: %s", exc)
+                continue
+            if rows:
+                self.found += 1
+                self.on_found()
+                self.poll.reset()
+
+
+def poll_instead(
+    database_url: str,
+    on_found: Callable[[], None],
+    floor: float,
+    ceiling: float,
+    **engine_kwargs: Any,
+) -> Callable[[], None]:
+    """An ``on_unwatchable`` for :class:`SequenceWatcher`: start a :class:`Poller` looking every
+    ``floor`` seconds up to ``ceiling`` (``Settings.idle_poll_seconds``), its engine built with
+    ``engine_kwargs`` (the dispatch path's deadlines)."""
+
+    def start() -> None:
+        Poller(
+            DispatchStore.from_url(database_url, **engine_kwargs), on_found, floor, ceiling
+        ).start()
+        log.warning("relay poller started instead: every %gs to %gs", floor, ceiling)
+
+    return start
+
+
+__all__ = ["Poller", "SequenceWatcher", "poll_instead", "supports"]
