@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from bench import procs
 from bench.chaos_servers import FAILOVER_VARIANTS, Pair, alarm
-from relay.commands import probe
 from relay.config import timing
+from relay.observe import heartbeat
 from tests.support.proxy import TcpProxy
 from tests.support.rabbitserver import RabbitNode
 
@@ -109,7 +109,7 @@ class Relay:
 
     def live(self) -> bool:
         """``relay probe live`` on its heartbeat file (True until the first pass wrote it)."""
-        return not self.beat.exists() or probe.live(str(self.beat))[0]
+        return not self.beat.exists() or heartbeat.live(str(self.beat))[0]
 
     def stale_for(self) -> float:
         """Seconds since ``relay probe live`` first found it stale (0: it is live)."""

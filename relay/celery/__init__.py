@@ -14,7 +14,8 @@ Celery. Its modules:
 
 - :mod:`~relay.celery.names`: the task names, a wire contract;
 - :mod:`~relay.celery.relay_app`: the relay's own tasks and beat entries (:func:`install`,
-  :func:`create_app`), run by a :class:`~relay.celery.runtime.Runtime` per worker process;
+  :func:`create_app`), run by a :class:`~relay.dispatch.runtime.Runtime` per database in each
+  worker process;
 - :mod:`~relay.celery.acks`: :class:`PromptAcks`, a worker's acks sent as soon as its task ran;
 - :mod:`~relay.celery.wakeup`: wake-ups after commits and from beat's watcher;
 - :mod:`~relay.celery.transactional`: :func:`send_task` and :class:`TransactionalTask`;

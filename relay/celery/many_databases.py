@@ -1,5 +1,5 @@
 """The Celery fleet over several outbox databases (``RELAY_DATABASES``): one
-:class:`~relay.celery.runtime.Runtime` per database in each worker process (each on one
+:class:`~relay.dispatch.runtime.Runtime` per database in each worker process (each on one
 connection, given back after each task), and the tick that shares the fan-out between them.
 
 A fleet tick does no claim of its own: it counts the claimable rows of the databases that may
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay.celery.names import TICK
-from relay.celery.runtime import Runtime
 from relay.config import Settings, database_list
 from relay.config.databases import each, several
+from relay.dispatch.runtime import Runtime
 from relay.exceptions import ConfigError, RelayError
 
 log = logging.getLogger(__name__)
@@ -130,13 +130,19 @@ class Runtimes:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.several = several(settings)
-        self.by_name = {name: Runtime(s, one_connection=self.several) for name, s in each(settings)}
+        self.by_name = {name: self.runtime(name, s) for name, s in each(settings)}
         self._turns = itertools.count()
         #: The tick's choice of databases to count, and its statistics readers (this process's).
         self.plan = CountPlan()
         self._stats: list[tuple[Any, dict[str, str]]] | None = None
         self._stats_pid = 0
         self._checked_at = time.monotonic()
+
+    def runtime(self, name: str, settings: Settings) -> Runtime:
+        """A database's runtime in this worker process: over several databases on one
+        connection, given back after each task (docs/many-databases.md, "The connection
+        budget"), so that a process holds none for a database it is not relaying."""
+        return Runtime(name, settings, one_connection=self.several)
 
     def __iter__(self) -> Iterator[tuple[str, Runtime]]:
         return iter(self.by_name.items())
@@ -187,7 +193,7 @@ class Runtimes:
             self.by_name.pop(name).close()
         added = [name for name in fresh if name not in self.by_name]
         for name in added:
-            self.by_name[name] = Runtime(fresh[name], one_connection=self.several)
+            self.by_name[name] = self.runtime(name, fresh[name])
         self.by_name = {name: self.by_name[name] for name in fresh}  # the file's order
         self._stats = None  # the statistics readers cover the new list
         log.info(

@@ -23,13 +23,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from relay.celery.acks import PromptAcks
 from relay.celery.many_databases import Runtimes, drain_budget, fleet_tick
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
-from relay.celery.runtime import Runtime
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
 from relay.config import Settings, timing
 from relay.dispatch.dispatcher import Report
+from relay.dispatch.runtime import Runtime
 from relay.exceptions import RelayError
 from relay.publishers import transports
-from relay.runners import loop as runner
+from relay.runners.process import serve_worker_metrics
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,12 @@ def _summary(report: Report) -> dict[str, Any]:
 
 def _serve_metrics(app: Celery, settings: Settings) -> Callable[..., None]:
     """The ``worker_init`` handler that starts the worker's Prometheus endpoint in the main
-    process, before the pool forks (:func:`relay.runners.loop.serve_worker_metrics`)."""
+    process, before the pool forks (:func:`relay.runners.process.serve_worker_metrics`)."""
 
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
-        runner.serve_worker_metrics(settings)
+        serve_worker_metrics(settings)
 
     return start
 

@@ -132,12 +132,13 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
+        from relay.config.database_list import DEFAULT_NAME
         from relay.config.databases import each, several
-        from relay.runners import loop as runner
+        from relay.dispatch.runtime import Runtime
 
         if not several(settings):
             waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
-            runner.watcher(settings, waker)
+            Runtime(DEFAULT_NAME, settings).watcher(waker)
             return
         # One watcher per PostgreSQL *server* (not per database), waking each database's own
         # drain; a queued task of another database drains nothing of this one, so no

@@ -1,5 +1,5 @@
-"""One dispatch cycle, claim -> publish -> record: what :class:`relay.dispatch.dispatcher.
-Dispatcher`'s drain and loop are built on.
+"""One dispatch cycle, claim -> publish -> record, and its steps: the part of a
+:class:`relay.dispatch.dispatcher.Dispatcher` that its drain pipelines and its loop repeats.
 
 Never holds a transaction or a row lock across broker I/O: the claim commits before the first
 publish, the outcomes are written after the last confirm, and a lease keeper renews the lease
@@ -121,8 +121,9 @@ class Outcome:
 
 @dataclass
 class Cycle:
-    """Claims, publishes and records one batch at a time for one worker (``run_once``); the
-    steps are the parts :class:`relay.dispatch.dispatcher.Dispatcher` pipelines."""
+    """Claims, publishes and records one batch at a time for one worker (:meth:`run_once`);
+    its steps (:meth:`claim`, :meth:`still_held`, :meth:`publish`, :meth:`record`, ...) are
+    what :class:`relay.dispatch.dispatcher.Dispatcher`'s drain pipelines."""
 
     store: Store
     publisher: Publisher
@@ -149,12 +150,12 @@ class Cycle:
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
-        batch = self._claim(self.settings.batch_size)
+        batch = self.claim(self.settings.batch_size)
         if batch is None:
             return Report(cycles=1, drained=True)
         with batch:
-            outcome = self._publish(batch)
-            self._record(outcome, next_limit=0)
+            outcome = self.publish(batch)
+            self.record(outcome, next_limit=0)
         return outcome.report
 
     def close(self) -> None:
@@ -163,17 +164,17 @@ class Cycle:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def _db_thread(self) -> ThreadPoolExecutor:
+    def db_thread(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-db")
         return self._executor
 
     @staticmethod
-    def _settle(outcome: Outcome | None, total: Report) -> None:
+    def settle(outcome: Outcome | None, total: Report) -> None:
         if outcome is not None:
             total.add(outcome.report)
 
-    def _claim(self, limit: int) -> Batch | None:
+    def claim(self, limit: int) -> Batch | None:
         if not self.breaker.allows(self.clock()):
             return None
         started, since = time.perf_counter(), self.clock()
@@ -191,7 +192,7 @@ class Cycle:
         keeper = LeaseKeeper(self.store, self.worker_id, events, self.settings.lease_seconds)
         return Batch(events, keeper.start(), since)
 
-    def _still_held(self, batch: Batch, report: Report) -> Batch | None:
+    def still_held(self, batch: Batch, report: Report) -> Batch | None:
         """A batch that waited half a lease or more (its worker was paused, say) may have been
         reclaimed meanwhile: keep only the rows this worker still holds, so it never publishes
         a row another worker owns. A key that lost a row is given up whole: another worker
@@ -223,7 +224,7 @@ class Cycle:
             return None
         return Batch(kept, batch.keeper, renewed_at)
 
-    def _publish(self, batch: Batch) -> Outcome:
+    def publish(self, batch: Batch) -> Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
         report = Report(cycles=1, claimed=len(batch.events))
         refused = self._refused(batch.events)
@@ -292,12 +293,12 @@ class Cycle:
                 refused.append(Buried(event, why))
         return refused
 
-    def _unpublished(self, batch: Batch, error: str | None) -> Outcome:
+    def unpublished(self, batch: Batch, error: str | None) -> Outcome:
         delay = self.breaker.remaining(self.clock())
         report = Report(claimed=len(batch.events))
         return Outcome(batch, report, unavailable=list(batch.events), error=error, delay=delay)
 
-    def _record(self, outcome: Outcome | None, next_limit: int) -> Batch | None:
+    def record(self, outcome: Outcome | None, next_limit: int) -> Batch | None:
         """Record ``outcome`` (if any) and lease up to ``next_limit`` more rows, in one
         transaction, then stop the outcome's lease keeper; retried within half a lease, since
         the broker already has the messages."""

@@ -1,5 +1,6 @@
-"""The :class:`Dispatcher`: one cycle (:mod:`relay.dispatch.cycle`) pipelined into a drain,
-and the loop of ``relay dispatch --loop`` built on the drain.
+"""The :class:`Dispatcher`: one database's relay for one worker. It holds a
+:class:`~relay.dispatch.cycle.Cycle` (claim -> publish -> record and their steps) and pipelines
+the cycle's steps into a drain, and drains into the loop of ``relay dispatch --loop``.
 
 Framework-free: Celery's task and ``relay dispatch`` both drive this. No transaction is open
 across broker I/O, and at most two batches are leased at once.
@@ -18,7 +19,9 @@ from relay import publishers
 from relay.config import Settings, timing
 from relay.dispatch.batching import BatchSizer
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
+from relay.dispatch.decisions import CircuitBreaker
 from relay.exceptions import StoreError
+from relay.observe.observers import Observer
 from relay.policy import Backoff
 from relay.publishers import Publisher
 from relay.store.dispatch_path.protocol import Store
@@ -28,9 +31,52 @@ from relay.wakeup.polling import IdlePoll
 log = logging.getLogger(__name__)
 
 
-class Dispatcher(Cycle):
+class Dispatcher:
     """Moves events from the outbox to the broker for one worker: one cycle at a time
-    (:meth:`run_once`), a pipelined drain, or a loop of drains."""
+    (:meth:`run_once`), a pipelined drain, or a loop of drains. ``kwargs`` go to its
+    :class:`~relay.dispatch.cycle.Cycle` (``worker_id``, ``rng``, ``clock``, ``observer``)."""
+
+    def __init__(self, store: Store, publisher: Publisher, settings: Settings, **kwargs: Any):
+        self.cycle = Cycle(store, publisher, settings, **kwargs)
+
+    @property
+    def store(self) -> Store:
+        return self.cycle.store
+
+    @property
+    def publisher(self) -> Publisher:
+        return self.cycle.publisher
+
+    @publisher.setter
+    def publisher(self, publisher: Publisher) -> None:
+        self.cycle.publisher = publisher
+
+    @property
+    def settings(self) -> Settings:
+        return self.cycle.settings
+
+    @property
+    def worker_id(self) -> str:
+        return self.cycle.worker_id
+
+    @property
+    def observer(self) -> Observer:
+        return self.cycle.observer
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self.cycle.breaker
+
+    def clock(self) -> float:
+        return self.cycle.clock()
+
+    def run_once(self) -> Report:
+        """Claim one batch, publish it, record the outcomes."""
+        return self.cycle.run_once()
+
+    def close(self) -> None:
+        """Stop the database thread (idempotent)."""
+        self.cycle.close()
 
     @classmethod
     def from_settings(
@@ -71,6 +117,7 @@ class Dispatcher(Cycle):
         Claims grow from ``RELAY_BATCH_SIZE`` to ``RELAY_BATCH_MAX`` while they come back full
         (:class:`relay.dispatch.batching.BatchSizer`).
         """
+        cycle = self.cycle
         budget = self.settings.drain_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self.clock() + budget
         sizer = BatchSizer(self.settings.batch_size, self.settings.batch_max)
@@ -84,36 +131,36 @@ class Dispatcher(Cycle):
             return claimed
 
         total = Report()
-        batch = sized(sizer.size, self._claim(sizer.size))
+        batch = sized(sizer.size, cycle.claim(sizer.size))
         published: Outcome | None = None  # published, its outcomes not yet recorded
         try:
             while batch is not None:
-                batch = self._still_held(batch, total)
+                batch = cycle.still_held(batch, total)
                 if batch is None:
                     break
                 asked = sizer.size if going() else 0
-                ahead = self._db_thread().submit(self._record, published, asked)
-                outcome = self._publish(batch)
+                ahead = cycle.db_thread().submit(cycle.record, published, asked)
+                outcome = cycle.publish(batch)
                 batch = sized(asked, ahead.result())
-                self._settle(published, total)
+                cycle.settle(published, total)
                 published = outcome
                 if outcome.unavailable:
                     if batch is not None:  # the broker is down: give back the batch ahead
-                        handed_back, batch = self._unpublished(batch, outcome.error), None
-                        self._record(handed_back, next_limit=0)
-                        self._settle(handed_back, total)
+                        handed_back, batch = cycle.unpublished(batch, outcome.error), None
+                        cycle.record(handed_back, next_limit=0)
+                        cycle.settle(handed_back, total)
                     break
                 if batch is None and going():
                     # The lease ahead found nothing, maybe only because the batch just
                     # published still holds its keys: record it, then look again.
                     asked = sizer.size
-                    batch = sized(asked, self._record(published, next_limit=asked))
-                    self._settle(published, total)
+                    batch = sized(asked, cycle.record(published, next_limit=asked))
+                    cycle.settle(published, total)
                     published = None
                     total.drained = batch is None
             if published is not None:
-                self._record(published, next_limit=0)
-                self._settle(published, total)
+                cycle.record(published, next_limit=0)
+                cycle.settle(published, total)
                 published = None
         finally:
             for leftover in (published.batch if published else None, batch):

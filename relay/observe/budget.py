@@ -29,7 +29,8 @@ _HELP = {
 
 
 class BudgetCollector(Collector):
-    """Reads ``read()`` (the scheduler's :meth:`~relay.runners.many.workers.Tenants.budget`)."""
+    """Reads ``read()`` (the scheduler's
+    :meth:`~relay.runners.many.workers.ManyDatabases.budget`)."""
 
     def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
         self.read = read

@@ -1,13 +1,13 @@
 """``relay dispatch --once|--loop`` over several outbox databases (``RELAY_DATABASES``).
 
-One child process per database, each the single-database relay of
-:func:`relay.runners.loop.run` with its own store, engine, publisher connection, circuit
-breaker and wake-up (the sequence watcher on PostgreSQL, adaptive polling elsewhere), and
-this process supervising them: SIGTERM/SIGINT are passed on (each child in its own process
-group, so a terminal's Ctrl-C reaches it once, through here), a child that dies is started
-again (after a backoff), and with a heartbeat file each child beats a file of its own
-(``PATH.<index>``) and the supervisor gives the shared file the time of the oldest child's
-beat: one hung child fails liveness as if it were the only process.
+One child process per database, each the single-database relay of :func:`relay.runners.loop.run`
+(its :class:`~relay.dispatch.runtime.Runtime`) with its own store, engine, publisher connection,
+circuit breaker and wake-up (the sequence watcher on PostgreSQL, adaptive polling elsewhere), and
+this process supervising them: SIGTERM/SIGINT are passed on (each child in its own process group, so
+a terminal's Ctrl-C reaches it once, through here), a child that dies is started again (after a
+backoff), and with a heartbeat file each child beats a file of its own (``PATH.<index>``) and the
+supervisor gives the shared file the time of the oldest child's beat: one hung child fails liveness
+as if it were the only process.
 
 Why a process per database, not one loop taking the databases in turn nor a thread each: a
 turn-taking loop makes a quiet database wait for the busy one's drain budget (seconds) before
@@ -36,8 +36,8 @@ from relay.config import Settings, timing
 from relay.config.databases import each
 from relay.config.settings import env_fields, env_name
 from relay.dispatch.dispatcher import Report
+from relay.observe import heartbeat
 from relay.policy import Backoff
-from relay.runners import loop as runner
 
 log = logging.getLogger("relay")
 
@@ -87,7 +87,7 @@ class Child:
         if self.heartbeat_file is not None:
             argv += ["--heartbeat-file", self.heartbeat_file]
             # A start counts as a beat: a child gets the liveness bound to come up.
-            runner.touch(self.heartbeat_file)
+            heartbeat.touch(self.heartbeat_file)
         # Our own interpreter and arguments (S603); preexec_fn only sets signal dispositions.
         self.proc = subprocess.Popen(  # noqa: S603
             argv, env=self.env, preexec_fn=_prepare_child, process_group=0
@@ -160,7 +160,7 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_dump)
-    beat = _fleet_beat(heartbeat_file, children, runner.liveness_seconds(settings))
+    beat = _fleet_beat(heartbeat_file, children, heartbeat.liveness_seconds(settings))
     try:
         for c in children:
             c.start()
@@ -223,7 +223,7 @@ def _fleet_beat(path: str | None, children: list[Child], bound: float) -> Callab
 
     def beat() -> None:
         if first[0]:
-            runner.write_bound(path, bound)
+            heartbeat.write_bound(path, bound)
             first[0] = False
         oldest = min((c.last_beat() for c in children), default=0.0)
         if oldest > 0:

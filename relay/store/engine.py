@@ -29,6 +29,10 @@ _DEFAULT_DRIVERS = {
 
 
 #: Drivers an extra of this package installs, by module: named when the import fails.
+#: PostgreSQL's ``application_name`` of the relay's connections (its dispatchers' and its
+#: wake-ups', unless the URL names them itself): what ``relay doctor`` counts on each server.
+APPLICATION_NAME = "relay"
+
 _EXTRAS = {"pymysql": " (pip install 'celery-outbox-relay[mysql]')"}
 
 

@@ -25,13 +25,9 @@ from relay.config.urls import redact
 from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.store.dispatch_path.serverstats import ServerStats, changed
-from relay.store.engine import create_engine, normalize_url
+from relay.store.engine import APPLICATION_NAME, create_engine, normalize_url
 
 log = logging.getLogger(__name__)
-
-#: PostgreSQL's ``application_name`` of a many-databases relay's connections (its wake-ups'
-#: and its dispatchers'): what ``relay doctor`` counts on each server.
-APPLICATION_NAME = "relay"
 
 
 def server_of(url: Any) -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from relay.commands import probe
 from relay.config import timing
+from relay.observe import heartbeat
 from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until
@@ -71,7 +71,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _live(beat: Path) -> bool:
-    return probe.live(str(beat))[0]
+    return heartbeat.live(str(beat))[0]
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -94,7 +94,7 @@ def test_a_hung_child_fails_liveness_within_the_bound(
         proc = _start(env, log, beat, children=True)
         try:
             wait_until(lambda: beat.exists() and _live(beat), 60, "the fleet's first heartbeat")
-            assert probe.written_bound(str(beat)) == BOUND
+            assert heartbeat.written_bound(str(beat)) == BOUND
             wait_until(lambda: len(_children(proc.pid)) == 2, 30, "both children")
             hung = _children(proc.pid)[0]
             os.kill(hung, signal.SIGSTOP)
@@ -147,7 +147,7 @@ def test_an_outage_the_relay_handles_keeps_it_live_and_not_ready(
         # The outage lasts longer than the bound: the scenario, not a synchronisation.
         end, looks = time.monotonic() + BOUND + 3, 0
         while time.monotonic() < end:
-            ok, why = probe.live(str(beat))
+            ok, why = heartbeat.live(str(beat))
             assert ok, f"liveness failed during a handled {target} outage: {why}"
             looks += 1
             time.sleep(0.5)

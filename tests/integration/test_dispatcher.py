@@ -305,12 +305,12 @@ def test_a_pause_right_after_the_claim_committed_still_ages_the_batch(
     monkeypatch.setattr(store, "claim", claim_then_pause)
     dispatcher = Dispatcher(store, InMemoryPublisher(), settings, clock=lambda: clock[0])
     enqueue_many(engine, 10)
-    held = dispatcher._claim(10)
+    held = dispatcher.cycle.claim(10)
     assert held is not None
     expire_leases(engine)
     DispatchStore(engine).claim("thief", 10, lease_seconds=60)
     report = Report()
-    assert dispatcher._still_held(held, report) is None, "published rows another worker took"
+    assert dispatcher.cycle.still_held(held, report) is None, "published rows another worker took"
     assert report.lost == 10
 
 
@@ -325,18 +325,18 @@ def test_a_batch_that_waited_past_its_lease_publishes_only_rows_still_held(
     publisher = InMemoryPublisher()
     dispatcher = Dispatcher(store, publisher, settings, clock=lambda: clock[0])
     ids = enqueue_many(engine, 10)
-    held = dispatcher._claim(10)
+    held = dispatcher.cycle.claim(10)
     assert held is not None
-    assert dispatcher._still_held(held, Report()) is held, "a fresh batch is not re-checked"
+    assert dispatcher.cycle.still_held(held, Report()) is held, "a fresh batch is not re-checked"
     expire_leases(engine)
     DispatchStore(engine).claim("thief", 4, lease_seconds=60)
     clock[0] += settings.lease_seconds
     report = Report()
-    kept = dispatcher._still_held(held, report)
+    kept = dispatcher.cycle.still_held(held, report)
     assert kept is not None
     assert [e.id for e in kept.events] == ids[4:]
     assert report.lost == 4
-    dispatcher._record(dispatcher._publish(kept), next_limit=0)
+    dispatcher.cycle.record(dispatcher.cycle.publish(kept), next_limit=0)
     held.keeper.stop()
     assert publisher.ids == ids[4:]
     after = rows(engine, *ids)

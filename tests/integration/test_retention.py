@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from relay.commands.doctor import retention as doctor_retention
 from relay.commands.doctor.verdicts import PASS, WARN
 from relay.config import Settings
+from relay.dispatch.runtime import Runtime
 from relay.retention import purger as purger_module
 from relay.retention.pacing import PurgePacing
 from relay.retention.purger import Purger
-from relay.runners import loop as runner
 from relay.store import dialects
 from relay.store.dispatch_path.store import DispatchStore
 from relay.store.operations.retention import BEHIND_COUNTED_UP_TO, RetentionStore
@@ -275,11 +275,13 @@ def test_the_loop_runners_purger_keeps_the_retention(settings: Settings, engine:
     old, young = enqueue_many(engine, 40), enqueue_many(engine, 5)
     _send(engine, old, 7200)
     _send(engine, young, 1)
-    loop = runner.purge_loop(replace(settings, retention_seconds=3600), "loop-1")
+    runtime = Runtime("default", replace(settings, retention_seconds=3600))
+    loop = runtime.purge_loop()
     try:
         wait_until(lambda: count_by_status(engine) == {"sent": 5}, 30, "the purge")
     finally:
         loop.stop()
+        runtime.close()
 
 
 def test_doctor_warns_when_nothing_purges(settings: Settings, engine: sa.Engine) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy.pool import NullPool
 
 from relay.commands.doctor import budget as doctor_budget
 from relay.config import Settings
-from relay.runners.many import workers as tenants
+from relay.runners.many import workers
 from relay.store.dispatch_path.serverstats import ServerStats, changed
 from relay.store.engine import create_engine
 from relay.wakeup.serverwatch import ServerWatch
@@ -101,7 +101,7 @@ def test_once_drains_every_kind_of_database_and_fails_for_the_one_down(
         collector = Collector(amqp_url, exchange_name)
         try:
             with pytest.raises(SystemExit) as exited:
-                tenants.run(settings, once=True)
+                workers.run(settings, once=True)
             received = collector.drain(150, timeout=30)
         finally:
             collector.close()
@@ -123,7 +123,7 @@ def test_the_loop_stays_within_a_small_budget(
         databases=spec, broker_url=amqp_url, exchange=exchange_name, max_connections=3
     )
     collector = Collector(amqp_url, exchange_name)
-    relay = tenants.Tenants(settings)
+    relay = workers.ManyDatabases(settings)
     assert relay.workers == 2
     runner = threading.Thread(target=relay.run, daemon=True)
     admin = create_engine(databases.services.PG_ADMIN_URL, poolclass=NullPool)

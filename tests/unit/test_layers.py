@@ -122,7 +122,7 @@ import sys
 sys.modules["opentelemetry"] = None  # an import of it now raises ImportError
 import sqlalchemy as sa
 import relay
-from relay.runners import loop as runner
+from relay.dispatch import runtime
 from relay.observe import observers as observe
 from relay.observe import tracing
 from relay.config import Settings
@@ -135,7 +135,7 @@ with engine.begin() as conn:
 with engine.connect() as conn:
     print(list(conn.execute(sa.select(outbox.c.headers).order_by(outbox.c.id)).scalars()))
 assert not tracing.available()
-assert type(runner.observer(Settings())) is observe.Observer
+assert type(runtime.observer(Settings())) is observe.Observer
 with tracing.consuming(object(), "q") as note:
     note("done")
 loaded = sorted(n for n in sys.modules if n.startswith(("opentelemetry.", "prometheus_client")))
@@ -312,9 +312,9 @@ def test_no_import_circle() -> None:
 
 
 def test_the_graph_sees_function_level_imports_and_skips_type_checking() -> None:
-    """The graph counts an import inside a function (the runner loads metrics lazily) and leaves
+    """The graph counts an import inside a function (the runtime loads metrics lazily) and leaves
     out one under ``if TYPE_CHECKING:`` (the console's pages name ``Console`` only for mypy)."""
-    assert "relay.observe.metrics" in GRAPH["relay.runners.loop"]
+    assert "relay.observe.metrics" in GRAPH["relay.dispatch.runtime"]
     assert "relay.console.context" not in GRAPH["relay.console.pages"]
     assert "relay.commands.rows" in GRAPH["relay.commands"]
 

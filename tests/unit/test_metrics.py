@@ -125,12 +125,12 @@ def test_event_type_cap_zero_counts_every_type_as_other() -> None:
 
 
 def test_the_shared_observer_takes_the_settings_cap() -> None:
-    """runner.observer passes RELAY_METRICS_MAX_EVENT_TYPES on to the process's observer."""
+    """runtime.observer passes RELAY_METRICS_MAX_EVENT_TYPES on to the process's observer."""
     from relay.config import Settings
-    from relay.runners import loop as runner
+    from relay.dispatch import runtime
 
     try:
-        chosen = runner.observer(Settings(metrics_port=9999, metrics_max_event_types=3))
+        chosen = runtime.observer(Settings(metrics_port=9999, metrics_max_event_types=3))
         observers = getattr(chosen, "observers", [chosen])
         shared = next(o for o in observers if isinstance(o, PrometheusObserver))
         assert shared is PrometheusObserver.shared()

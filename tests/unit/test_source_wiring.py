@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from relay.celery.runtime import Runtime
 from relay.commands.doctor import pooler as doctor_pooler
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
+from relay.dispatch.runtime import Runtime
 from relay.exceptions import ConfigError
-from relay.runners import loop as runner
 from relay.store.dispatch_path.store import DispatchStore
 from relay.testing import InMemoryPublisher, InMemoryStore
 
@@ -23,11 +22,11 @@ def _settings(tmp_path: Path) -> Settings:
 
 
 def test_every_dispatch_store_built_from_settings_carries_the_source(tmp_path: Path) -> None:
-    """The store of ``Dispatcher.from_settings``, of the Celery runtime and of
-    ``DispatchStore.from_settings`` (the runner's) all name ``RELAY_SOURCE``."""
+    """The store of ``Dispatcher.from_settings``, of the per-database runtime (every runner's)
+    and of ``DispatchStore.from_settings`` all name ``RELAY_SOURCE``."""
     s = _settings(tmp_path)
     stores = [DispatchStore.from_settings(s), Dispatcher.from_settings(s).store]
-    runtime = Runtime(s)
+    runtime = Runtime("default", s)
     stores.append(runtime.store())
     try:
         assert [getattr(store, "source", None) for store in stores] == ["/shop/orders"] * 3
@@ -58,6 +57,6 @@ def test_a_listen_url_that_does_not_parse_is_refused_naming_its_variable() -> No
     bad = "postgresql://u@h:notaport/db"
     settings = Settings(database_url="postgresql://u@h/db", listen_url=bad)
     with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
-        runner.wake_watcher(settings, lambda: None)
+        Runtime("default", settings).wake_watcher(lambda: None)
     with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
         doctor_pooler.conninfo(bad, variable="RELAY_LISTEN_URL")

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from relay.commands import probe
 from relay.config import Settings, timing
 from relay.dispatch import dispatcher
 from relay.dispatch.stopping import FORCED_EXIT_STATUS
-from relay.runners import loop as runner
+from relay.observe import heartbeat
 from relay.runners import supervisor
 
 _BLOCKED = """
@@ -93,25 +92,25 @@ def test_a_long_rest_beats_and_ends_when_its_event_is_set(monkeypatch: pytest.Mo
 
 def test_the_liveness_bound_follows_the_lease_and_the_confirm_timeout() -> None:
     """Two leases plus one confirm wait: 70 s at the defaults."""
-    assert runner.liveness_seconds(Settings()) == 70.0
-    assert runner.liveness_seconds(Settings(lease_seconds=3, confirm_timeout_seconds=2)) == 8.0
+    assert heartbeat.liveness_seconds(Settings()) == 70.0
+    assert heartbeat.liveness_seconds(Settings(lease_seconds=3, confirm_timeout_seconds=2)) == 8.0
 
 
 def test_the_probe_reads_the_bound_the_relay_wrote(tmp_path: Path) -> None:
     """A heartbeat file carries its bound; the probe holds a beat to it, or to the old default
     when the file is empty (written by an older relay)."""
     path = str(tmp_path / "alive")
-    beat = runner.heartbeat(path, 8.0)
+    beat = heartbeat.beats(path, 8.0)
     assert beat is not None
     beat()
-    assert probe.written_bound(path) == 8.0
+    assert heartbeat.written_bound(path) == 8.0
     old = os.stat(path).st_mtime - 9
     os.utime(path, (old, old))
-    ok, why = probe.live(path)
+    ok, why = heartbeat.live(path)
     assert not ok
     assert "> 8s" in why
     Path(path).write_text("")
-    assert probe.written_bound(path) == probe.DEFAULT_MAX_AGE_SECONDS
+    assert heartbeat.written_bound(path) == heartbeat.DEFAULT_MAX_AGE_SECONDS
 
 
 def test_the_supervisor_file_carries_the_oldest_childs_beat(tmp_path: Path) -> None:
@@ -123,14 +122,14 @@ def test_the_supervisor_file_carries_the_oldest_childs_beat(tmp_path: Path) -> N
     ]
     for c in children:
         assert c.heartbeat_file is not None
-        runner.touch(c.heartbeat_file)
+        heartbeat.touch(c.heartbeat_file)
     stale = os.stat(f"{shared}.1").st_mtime - 100
     os.utime(f"{shared}.1", (stale, stale))
     beat = supervisor._fleet_beat(shared, children, 8.0)
     assert beat is not None
     beat()
     assert os.stat(shared).st_mtime == stale
-    assert not probe.live(shared)[0]
-    runner.touch(f"{shared}.1")
+    assert not heartbeat.live(shared)[0]
+    heartbeat.touch(f"{shared}.1")
     beat()
-    assert probe.live(shared)[0]
+    assert heartbeat.live(shared)[0]

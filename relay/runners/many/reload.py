@@ -15,24 +15,27 @@ import logging
 import math
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from relay.config import Settings
 from relay.config.database_list import forget_files
 from relay.config.databases import budget, each
 from relay.exceptions import ConfigError
-from relay.runners.many.database import Database, polled_ceiling
-from relay.runners.many.schedule import Schedule
+from relay.runners.many.schedule import Schedule, polled_ceiling
 from relay.wakeup.serverwatch import ServerWatch, database_urls, server_of, server_watches
+
+if TYPE_CHECKING:
+    from relay.runners.many.workers import Served
 
 log = logging.getLogger("relay")
 
 
-class Tenants(Protocol):
-    """What a reload changes of :class:`relay.runners.many.workers.Tenants` (which calls it)."""
+class Reloadable(Protocol):
+    """What a reload changes of :class:`relay.runners.many.workers.ManyDatabases` (which
+    calls it)."""
 
     settings: Settings
-    databases: dict[str, Database]
+    databases: dict[str, Served]
     schedule: Schedule
     watches: list[ServerWatch]
     threads: list[threading.Thread]
@@ -41,8 +44,10 @@ class Tenants(Protocol):
 
     def start_workers(self, count: int) -> None: ...
 
+    def serve(self, name: str, settings: Settings) -> Served: ...
 
-def apply(t: Tenants) -> int | None:
+
+def apply(t: Reloadable) -> int | None:
     """Bring ``t`` in line with ``RELAY_DATABASES`` read again; returns the worker threads it
     started, or None while a database to drop still runs a unit (call again: it is held back
     from new units meanwhile)."""
@@ -55,12 +60,12 @@ def apply(t: Tenants) -> int | None:
     gone = [
         name
         for name, db in t.databases.items()
-        if name not in fresh or fresh[name].database_url != db.settings.database_url
+        if name not in fresh or fresh[name].database_url != db.runtime.settings.database_url
     ]
-    busy = [name for name in gone if t.schedule.tenants[name].running]
+    busy = [name for name in gone if t.schedule.entries[name].running]
     if busy:
         for name in gone:
-            t.schedule.tenants[name].due_at = math.inf
+            t.schedule.entries[name].due_at = math.inf
         return None
     added = [name for name in fresh if name not in t.databases or name in gone]
     if not gone and not added:
@@ -80,9 +85,9 @@ def apply(t: Tenants) -> int | None:
     now = time.monotonic()
     for name in added:
         s = fresh[name]
-        t.databases[name] = db = Database(name, s)
-        db.purge_at = now + s.purge_interval_seconds
-        ceiling = s.tick_seconds if name in watched else polled_ceiling(s, polled)
+        t.databases[name] = db = t.serve(name, s)
+        db.runtime.purge_at = now + s.purge_interval_seconds
+        ceiling = s.tick_seconds if name in watched else polled_ceiling(s.idle_poll_seconds, polled)
         t.schedule.add(
             name, servers[name], s.poll_floor_seconds, ceiling, now, watched=name in watched
         )
@@ -99,11 +104,7 @@ def apply(t: Tenants) -> int | None:
     return more
 
 
-def _drop(t: Tenants, name: str) -> None:
-    db = t.databases.pop(name)
-    t.schedule.tenants.pop(name)
-    db.close_connection()
-    if db.store is not None:
-        db.store.dispose()
-    if db.purger is not None:
-        db.purger.close()
+def _drop(t: Reloadable, name: str) -> None:
+    served = t.databases.pop(name)
+    t.schedule.entries.pop(name)
+    served.runtime.close()

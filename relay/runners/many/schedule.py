@@ -41,8 +41,19 @@ WARM_LOOKS_PER_SECOND = 50.0
 COLD_POLL_SECONDS = 10.0
 
 
+#: Idle looks a second, in all, at the databases nothing watches (MySQL, MariaDB, SQLite,
+#: ``RELAY_NOTIFY=0``): each costs a connection, so their slowest poll grows with their number.
+POLLED_LOOKS_PER_SECOND = 50.0
+
+
+def polled_ceiling(idle_poll_seconds: float, polled: int) -> float:
+    """The slowest poll of a database nothing watches, among ``polled`` such databases: its
+    own ``idle_poll_seconds`` (one database's), or slower when there are many."""
+    return max(idle_poll_seconds, polled / POLLED_LOOKS_PER_SECOND)
+
+
 @dataclass(slots=True)
-class Tenant:
+class Entry:
     """One database as the scheduler sees it."""
 
     name: str
@@ -96,7 +107,7 @@ class Schedule:
 
     slots: int
     per_server: int
-    tenants: dict[str, Tenant] = field(default_factory=dict)
+    entries: dict[str, Entry] = field(default_factory=dict)
 
     def add(
         self,
@@ -114,18 +125,18 @@ class Schedule:
         if watched:
             ceiling = min(ceiling, WARM_POLL_SECONDS)
         poll = IdlePoll(min(floor, ceiling), ceiling)
-        self.tenants[name] = Tenant(name, server, poll, watched=watched, due_at=now, busy_at=now)
+        self.entries[name] = Entry(name, server, poll, watched=watched, due_at=now, busy_at=now)
 
     # -- what runs next ---------------------------------------------------------------------
-    def ready(self, now: float) -> list[Tenant]:
+    def ready(self, now: float) -> list[Entry]:
         """The databases due and not running: those known to have rows (woken, or left rows)
         before those only polled, each group least served first (ties: longest overdue)."""
-        due = [t for t in self.tenants.values() if not t.running and t.due_at <= now]
+        due = [t for t in self.entries.values() if not t.running and t.due_at <= now]
         return sorted(due, key=lambda t: (t.polling, t.served, t.due_at))
 
     def next_due(self) -> float | None:
         """The earliest due time of a database not running (None: every one is running)."""
-        times = [t.due_at for t in self.tenants.values() if not t.running]
+        times = [t.due_at for t in self.entries.values() if not t.running]
         return min(times, default=None)
 
     def wake(self, names: Iterable[str], now: float) -> None:
@@ -133,7 +144,7 @@ class Schedule:
         one running now is due again as soon as its unit ends (its claim may have come before
         the commit)."""
         for name in names:
-            t = self.tenants.get(name)
+            t = self.entries.get(name)
             if t is not None:
                 t.poll.reset()
                 t.woken = True
@@ -142,96 +153,96 @@ class Schedule:
 
     def wake_all(self, now: float) -> None:
         """The wake-up lost sight of its server: every database there may have rows."""
-        self.wake(list(self.tenants), now)
+        self.wake(list(self.entries), now)
 
     # -- the connection budget --------------------------------------------------------------
     def in_use(self, server: str | None = None) -> int:
         """Connections held (running or parked), on ``server`` or in all."""
-        return sum(1 for t in self.tenants.values() if t.holding and server in (None, t.server))
+        return sum(1 for t in self.entries.values() if t.holding and server in (None, t.server))
 
-    def evictable(self, tenant: Tenant) -> Tenant | bool | None:
-        """Whether ``tenant`` may start a unit: True when it holds its connection already or a
+    def evictable(self, entry: Entry) -> Entry | bool | None:
+        """Whether ``entry`` may start a unit: True when it holds its connection already or a
         slot is free, a parked database to take the slot from (close its connection first),
         or None to wait for a running one to finish."""
-        if tenant.holding:
+        if entry.holding:
             return True
         full_total = self.in_use() >= self.slots
-        full_server = self.in_use(tenant.server) >= self.per_server
+        full_server = self.in_use(entry.server) >= self.per_server
         if not (full_total or full_server):
             return True
         parked = [
             t
-            for t in self.tenants.values()
-            if t.holding and not t.running and (not full_server or t.server == tenant.server)
+            for t in self.entries.values()
+            if t.holding and not t.running and (not full_server or t.server == entry.server)
         ]
         return min(parked, key=lambda t: t.parked_at, default=None)
 
-    def start(self, tenant: Tenant) -> None:
-        """A worker runs a unit for ``tenant``, on a connection it holds; a database back from
+    def start(self, entry: Entry) -> None:
+        """A worker runs a unit for ``entry``, on a connection it holds; a database back from
         a quiet spell starts level with the least-served running one (it banked no credit)."""
-        level = min((t.served for t in self.tenants.values() if t.running), default=None)
+        level = min((t.served for t in self.entries.values() if t.running), default=None)
         if level is not None:
-            tenant.served = max(tenant.served, level)
-        tenant.running = tenant.holding = True
-        tenant.by_wake, tenant.woken = tenant.woken, False
+            entry.served = max(entry.served, level)
+        entry.running = entry.holding = True
+        entry.by_wake, entry.woken = entry.woken, False
 
-    def release(self, tenant: Tenant) -> None:
-        """``tenant``'s connection was closed (idle, evicted, or lost)."""
-        tenant.holding = False
+    def release(self, entry: Entry) -> None:
+        """``entry``'s connection was closed (idle, evicted, or lost)."""
+        entry.holding = False
 
     # -- after a unit -----------------------------------------------------------------------
-    def finish(self, tenant: Tenant, unit: Unit, started: float, now: float) -> bool:
-        """Charge ``tenant`` for the unit it ran from ``started`` to ``now`` and set when it is
+    def finish(self, entry: Entry, unit: Unit, started: float, now: float) -> bool:
+        """Charge ``entry`` for the unit it ran from ``started`` to ``now`` and set when it is
         due again; returns whether it should keep its connection (it has work left)."""
-        tenant.running = False
-        tenant.served += max(0.0, now - started)
+        entry.running = False
+        entry.served += max(0.0, now - started)
         if unit.claimed:
-            tenant.busy_at = now
-        tenant.polling = False
+            entry.busy_at = now
+        entry.polling = False
         if unit.rest > 0:
-            tenant.due_at = now + unit.rest
+            entry.due_at = now + unit.rest
             return False
         if not unit.drained:  # more rows: due at once, behind whoever is served less
-            tenant.due_at = now
-            tenant.parked_at = now
+            entry.due_at = now
+            entry.parked_at = now
             return True
-        if tenant.woken:  # rows committed while it ran: look again at once
-            tenant.due_at = now
+        if entry.woken:  # rows committed while it ran: look again at once
+            entry.due_at = now
             return False
-        if tenant.watched:
+        if entry.watched:
             # Drained: new rows will wake it; the look is the net under a late report.
-            if not tenant.by_wake:
-                tenant.net = (
-                    WARM_POLL_SECONDS if unit.claimed else min(COLD_POLL_SECONDS, tenant.net * 2)
+            if not entry.by_wake:
+                entry.net = (
+                    WARM_POLL_SECONDS if unit.claimed else min(COLD_POLL_SECONDS, entry.net * 2)
                 )
-            tenant.due_at = now + self.watched_poll(tenant, now)
-            tenant.polling = True
+            entry.due_at = now + self.watched_poll(entry, now)
+            entry.polling = True
             return False
         if unit.claimed:
-            tenant.poll.reset()
-        tenant.due_at = now + tenant.poll.next()
-        tenant.polling = True
+            entry.poll.reset()
+        entry.due_at = now + entry.poll.next()
+        entry.polling = True
         if unit.claimed:  # polled: it looks again after the floor, on the same connection
-            tenant.parked_at = now
+            entry.parked_at = now
             return True
         return False
 
-    def watched_poll(self, tenant: Tenant, now: float) -> float:
+    def watched_poll(self, entry: Entry, now: float) -> float:
         """How soon a drained watched database is looked at again: after its net's wait
         (from :data:`WARM_POLL_SECONDS`, doubled by each empty look) while it had rows
         lately, but the warm databases together at most :data:`WARM_LOOKS_PER_SECOND` times
         a second; :data:`COLD_POLL_SECONDS` once quiet."""
-        if now - tenant.busy_at >= WARM_SECONDS:
+        if now - entry.busy_at >= WARM_SECONDS:
             return COLD_POLL_SECONDS
-        warm = sum(1 for t in self.tenants.values() if t.watched and now - t.busy_at < WARM_SECONDS)
-        return max(tenant.net, warm / WARM_LOOKS_PER_SECOND)
+        warm = sum(1 for t in self.entries.values() if t.watched and now - t.busy_at < WARM_SECONDS)
+        return max(entry.net, warm / WARM_LOOKS_PER_SECOND)
 
-    def failed(self, tenant: Tenant, rest: float, now: float) -> None:
+    def failed(self, entry: Entry, rest: float, now: float) -> None:
         """The unit failed (the database unreachable): due again after ``rest``, no
         connection kept."""
-        tenant.running = False
-        tenant.polling = False
-        tenant.due_at = now + rest
+        entry.running = False
+        entry.polling = False
+        entry.due_at = now + rest
 
     def waiting(self, now: float) -> int:
         """Databases due but not running: waiting for a worker or a connection."""
@@ -243,7 +254,7 @@ __all__ = [
     "WARM_LOOKS_PER_SECOND",
     "WARM_POLL_SECONDS",
     "WARM_SECONDS",
+    "Entry",
     "Schedule",
-    "Tenant",
     "Unit",
 ]

@@ -28,32 +28,48 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from relay import publishers
 from relay.config import Settings, timing
 from relay.config.databases import budget, each
+from relay.dispatch import runtime as runtimes
 from relay.dispatch.dispatcher import Dispatcher, Report
+from relay.dispatch.runtime import Runtime
 from relay.dispatch.stopping import StopGuard
 from relay.exceptions import ConfigError, RelayError, StoreError
+from relay.observe import heartbeat
+from relay.policy import Backoff
 from relay.publishers import Publisher
-from relay.runners import loop as runner
-from relay.runners.many.database import (
-    FIRST_PURGES_SECONDS,
-    QUANTUM_SECONDS,
-    Database,
-    polled_ceiling,
-)
-from relay.runners.many.schedule import Schedule, Tenant, Unit
+from relay.runners.many.schedule import Entry, Schedule, Unit, polled_ceiling
+from relay.runners.process import dump_stacks_on
 from relay.wakeup.serverwatch import database_urls, server_of, server_watches
 
 log = logging.getLogger("relay")
 
+#: A unit of work: one drain of at most this long (its first batch always, then more while
+#: time is left), after which the database goes back behind the less-served ones.
+QUANTUM_SECONDS = 0.25
+#: The databases' first purges are spread over this long after the start.
+FIRST_PURGES_SECONDS = 60.0
 #: The scheduler looks at its queue at least this often (the heartbeat's pace).
 TICK_SECONDS = 0.5
 #: A database whose unit failed for a reason retrying cannot mend (no outbox table, a
 #: permission) is tried again this rarely, logged each time.
 BROKEN_REST_SECONDS = 60.0
+
+
+@dataclass
+class Served:
+    """One database as this runner serves it: its runtime, and how its failed units rest."""
+
+    runtime: Runtime
+    backoff: Backoff = field(
+        default_factory=lambda: Backoff(
+            timing.DATABASE_RETRY_FIRST_SECONDS, timing.DATABASE_RETRY_MAX_SECONDS
+        )
+    )
+    #: Its last unit failed for a reason retrying cannot mend (no outbox table, a permission).
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +83,13 @@ class Done:
     error: BaseException | None = None
 
 
-class Tenants:
+class ManyDatabases:
     """The scheduler, its workers and its wake-ups; :func:`run` drives it."""
 
     def __init__(self, settings: Settings, *, once: bool = False) -> None:
         self.settings, self.once = settings, once
-        self.databases = {name: Database(name, s) for name, s in each(settings)}
-        self.observer = runner.observer(settings)
+        self.observer = runtimes.observer(settings)
+        self.databases = {name: self.serve(name, s) for name, s in each(settings)}
         self.watches = [] if once else server_watches(settings, self.wake)
         watched = {name for w in self.watches for name in w.datnames.values()}
         servers = {name: server_of(url) for name, url in database_urls(settings).items()}
@@ -90,16 +106,15 @@ class Tenants:
         now = time.monotonic()
         polled = len(self.databases) - len(watched)
         for i, (name, db) in enumerate(self.databases.items()):
-            s = db.settings
+            s = db.runtime.settings
             # The first purges spread over a minute, not all at the first idle moment.
-            db.purge_at = now + min(s.purge_interval_seconds, FIRST_PURGES_SECONDS) * i / len(
-                self.databases
-            )
+            spread = min(s.purge_interval_seconds, FIRST_PURGES_SECONDS)
+            db.runtime.purge_at = now + spread * i / len(self.databases)
             self.schedule.add(
                 name,
                 servers[name],
                 s.poll_floor_seconds,
-                s.tick_seconds if name in watched else polled_ceiling(s, polled),
+                s.tick_seconds if name in watched else polled_ceiling(s.idle_poll_seconds, polled),
                 now,
                 watched=name in watched,
             )
@@ -115,6 +130,11 @@ class Tenants:
         self.failures: list[str] = []
         #: Units of work run, and the seconds they took in all (logged at the end).
         self.units, self.unit_seconds = 0, 0.0
+
+    def serve(self, name: str, settings: Settings) -> Served:
+        """A database to serve: its runtime on one connection, which the budget counts as one
+        slot, sharing this process's observer."""
+        return Served(Runtime(name, settings, observer=self.observer, one_connection=True))
 
     # -- wake-ups ---------------------------------------------------------------------------
     def wake(self, names: tuple[str, ...]) -> None:
@@ -178,11 +198,7 @@ class Tenants:
             for t in self.threads:
                 t.join(max(0.1, deadline - time.monotonic()))
             for db in self.databases.values():
-                db.close_connection()
-                if db.store is not None:
-                    db.store.dispose()
-                if db.purger is not None:
-                    db.purger.close()
+                db.runtime.close()
         return self.report
 
     def _wait(self) -> None:
@@ -214,7 +230,7 @@ class Tenants:
                 continue
             freed += 1
             self._started.pop(item.name, None)
-            tenant = self.schedule.tenants[item.name]
+            entry = self.schedule.entries[item.name]
             db = self.databases[item.name]
             self.units += 1
             self.unit_seconds += now - item.started
@@ -222,49 +238,44 @@ class Tenants:
                 self.report.add(item.report)
             if item.unit is None:  # the unit failed
                 rest = BROKEN_REST_SECONDS if db.failed else db.backoff.next()
-                self.schedule.failed(tenant, rest, now)
-                self._close(tenant)
+                self.schedule.failed(entry, rest, now)
+                self._close(entry)
                 if self.once:
                     self.failures.append(item.name)
                     remaining.discard(item.name)
                 continue
             db.backoff.reset()
-            keep = self.schedule.finish(tenant, item.unit, item.started, now)
+            keep = self.schedule.finish(entry, item.unit, item.started, now)
             if not keep:
-                self._close(tenant)
+                self._close(entry)
             if self.once and item.unit.drained and not item.unit.claimed:
                 remaining.discard(item.name)
-                tenant.due_at = float("inf")
+                entry.due_at = float("inf")
 
     def _dispatch(self, idle: int) -> int:
         """Hand due databases to idle workers, within the budget; returns how many."""
         handed = 0
-        for tenant in self.schedule.ready(time.monotonic()):
+        for entry in self.schedule.ready(time.monotonic()):
             if handed >= idle:
                 break
-            slot = self.schedule.evictable(tenant)
+            slot = self.schedule.evictable(entry)
             if slot is None:
                 continue  # waiting for a connection
-            if isinstance(slot, Tenant):
+            if isinstance(slot, Entry):
                 self._close(slot)
-            self.schedule.start(tenant)
-            self._started[tenant.name] = time.monotonic()
-            self._jobs.put(tenant.name)
+            self.schedule.start(entry)
+            self._started[entry.name] = time.monotonic()
+            self._jobs.put(entry.name)
             handed += 1
         return handed
 
-    def _close(self, tenant: Tenant) -> None:
-        if tenant.holding:
-            self.databases[tenant.name].close_connection()
-            self.schedule.release(tenant)
+    def _close(self, entry: Entry) -> None:
+        if entry.holding:
+            self.databases[entry.name].runtime.release()
+            self.schedule.release(entry)
 
     def _work(self) -> None:
-        publisher = publishers.for_url(
-            self.settings.events_connection_url,
-            self.settings.exchange,
-            confirm_timeout=self.settings.confirm_timeout_seconds,
-            signing_keys=self.settings.signing_keys,
-        )
+        publisher = runtimes.publisher(self.settings, self.observer)
         try:
             while True:
                 name = self._jobs.get()
@@ -278,10 +289,10 @@ class Tenants:
         db = self.databases[name]
         started = time.monotonic()
         try:
-            relay = db.relay(publisher, self.observer)
-            report, drained = self._relay(relay, db.settings.batch_size)
-            if drained and time.monotonic() >= db.purge_at and not self.once:
-                db.purge(self.stop, relay.worker_id)
+            relay = db.runtime.dispatcher(publisher)
+            report, drained = self._relay(relay, db.runtime.settings.batch_size)
+            if drained and time.monotonic() >= db.runtime.purge_at and not self.once:
+                db.runtime.purge_share(self.stop)
         except StoreError as exc:
             db.failed = not exc.retryable
             log.warning("database %r unavailable, resting: %s", name, exc)
@@ -316,15 +327,15 @@ class Tenants:
 def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) -> Report:
     """Every configured database relayed by this one process until all drained (``once``) or
     SIGTERM/SIGINT. Raises ``SystemExit(1)`` in ``once`` mode when a database failed."""
-    runner.dump_stacks_on(signal.SIGUSR1)
-    tenants = Tenants(settings, once=once)
+    dump_stacks_on(signal.SIGUSR1)
+    many = ManyDatabases(settings, once=once)
     log.info(
         "relay starting over %d databases in one process, %d connections at most "
         "(%d workers, %d wake-up connections): %s",
-        len(tenants.databases),
+        len(many.databases),
         settings.max_connections,
-        tenants.workers,
-        len(tenants.watches),
+        many.workers,
+        len(many.watches),
         settings.describe(),
     )
 
@@ -334,11 +345,11 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
     def on_signal(*_: object) -> None:
         guard.signalled()
-        tenants.stop.set()
-        tenants.wake(("",))
+        many.stop.set()
+        many.wake(("",))
 
     def on_hangup(*_: object) -> None:  # kill -HUP: RELAY_DATABASES=@PATH read again
-        tenants.reload_requested.set()
+        many.reload_requested.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     if not once:
@@ -346,21 +357,21 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     if settings.metrics_port is not None and not once:
         from relay.observe import budget
 
-        budget.serve(settings.metrics_port, tenants.budget)
+        budget.serve(settings.metrics_port, many.budget)
     try:
-        beat = runner.heartbeat(heartbeat_file, runner.liveness_seconds(settings))
-        report = tenants.run(beat)
+        beat = heartbeat.beats(heartbeat_file, heartbeat.liveness_seconds(settings))
+        report = many.run(beat)
     finally:
         guard.disarm()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     log.info(
         "relay over %d databases done: %s; %d units of work, %.1f ms each on average",
-        len(tenants.databases),
+        len(many.databases),
         report,
-        tenants.units,
-        1000 * tenants.unit_seconds / max(1, tenants.units),
+        many.units,
+        1000 * many.unit_seconds / max(1, many.units),
     )
-    if tenants.failures:
+    if many.failures:
         raise SystemExit(1)
     return report
