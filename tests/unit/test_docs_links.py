@@ -19,7 +19,7 @@ TEST_DEFS = {
 
 
 def test_every_test_file_and_test_the_docs_cite_exists() -> None:
-    """`tests/x.py`, `tests/x.py::test_y` and a bare `test_y` name a test that exists today."""
+    """`tests/<file>.py`, `tests/<file>.py::test_y` and a bare `test_y` name a test that exists today."""
     wrong = []
     for doc in DOCS:
         text = doc.read_text()
