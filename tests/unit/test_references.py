@@ -52,6 +52,9 @@ AUDIT_LOGGER = "relay.audit"
 DEFAULT_FILE = "relay.sqlite3"
 #: Words spelled like a Python path that name something else on purpose.
 NOT_PYTHON = {*TASK_NAMES, AUDIT_LOGGER, DEFAULT_FILE}
+#: A citation of the team's notes, which are not in the repository (``test_docs_links.py`` holds
+#: the pages and the package to the same): a test cites a docs page or says the rule itself.
+NOTES = re.compile(r"\b(?:DESIGN|FACTS)\.md|§")
 #: Modules that do their work when imported (the CLI, Alembic's environment): they exist, and
 #: are not imported here.
 RUN_ON_IMPORT = {"relay.__main__", "relay.migrations.env"}
@@ -167,6 +170,19 @@ def test_every_reference_resolves() -> None:
     """Each ``relay.…`` name and ``relay/…`` path of the prose names what exists today."""
     wrong = _stale()
     assert not wrong, "references to nothing:\n" + "\n".join(wrong)
+
+
+def test_no_test_cites_a_document_outside_the_repository() -> None:
+    """A test's docstrings and comments point at docs/*.md or say the rule, never at notes a
+    reader of the repository cannot open."""
+    citing = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in PYTHON
+        if path.is_relative_to(ROOT / "tests")
+        for number, text in _prose_lines(path)
+        if NOTES.search(text)
+    ]
+    assert not citing, citing
 
 
 if __name__ == "__main__":
