@@ -4,28 +4,35 @@ Application code calls :func:`enqueue` inside its business transaction; the rela
 event to a Kombu exchange at least once, with the row's event id (unique across outboxes) as
 ``message_id``.
 
-The package, in rooms by role (imports run down this list; ``tests/unit/test_layers.py``
-holds it, with no circle):
+The package, in rooms by role (imports run down this list, a floor at a time;
+``tests/unit/test_layers.py`` holds it, with no circle):
 
 - ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``: the error tree, value
   objects, the backoff, per-key ordering, settings (with the lease-derived times in
   ``config.timing`` and URL redaction in ``config.urls``). No I/O, no third-party import; the
-  other pure decisions sit beside their users on this floor too (``dispatch.decisions``,
-  ``dispatch.batching``, ``dispatch.polling``, ``dispatch.pacing``, ``store.lease_sweep``).
-- ``store/``: engines, schema, migrations and the two stores (``dispatch_store``: the relay's
-  verbs; ``operations``: the operator's), over ``store/dialects/``, where every SQL statement is
-  built.
-- ``publishers/``: the message on the wire and one publisher per kind of broker.
-- ``produce/``: the producer core (checks, row) and its adapters: ``enqueue`` in the caller's
-  sync transaction, ``aio`` (public as ``relay.aio``) in an asyncio one. ``consume/``: inbox,
-  event consumer, dead letters. ``observe/``: the observer seam, Prometheus metrics,
-  OpenTelemetry tracing.
-- ``dispatch/``: one cycle (claim -> publish -> record), the drain and loop, the lease keeper,
-  the wake-up watcher, the runner that builds a relay process for the CLI and Celery, and the
-  replay of sent events to one queue (public as ``relay.replay``).
-- ``celery/`` (the only room importing Celery, with the ``relay demo`` command), ``console/``
-  (the web console), ``commands/`` (one module per ``relay`` command); ``testing`` ships the
-  in-memory doubles.
+  other pure decisions sit on this floor too, beside their users (``dispatch.decisions``,
+  ``dispatch.batching``, ``wakeup.polling``, ``retention.pacing``,
+  ``store.dispatch_path.lease_sweep``).
+- ``store/``: engines and the outbox's SQL: ``store/dispatch_path/`` (the relay's verbs while
+  it relays), ``store/operations/`` (the operator's), ``store/schema/`` (tables, the migration
+  chain's application, event ids), over ``store/dialects/``, where every SQL statement is
+  built. ``publishers/``: the message on the wire and one publisher per kind of broker.
+  ``observe/``: the observer seam, Prometheus metrics, OpenTelemetry tracing. ``testing``:
+  the in-memory doubles.
+- ``produce/``: the producer core (checks, row) and its adapters, public as ``relay.enqueue``
+  and ``relay.aio``; ``migrations/``: the Alembic chain.
+- ``dispatch/``: one database's cycle (claim -> publish -> record, the drain, the lease keeper),
+  built by ``dispatch.runtime``, the one per-database runtime every runner uses.
+  ``consume/``: inbox (public as ``relay.inbox``), event consumer, dead letters. ``wakeup/``:
+  how a relay learns of committed rows. ``retention/``: the purge of sent rows. ``replays/``:
+  sent events published again to one queue (public as ``relay.replay``).
+- ``runners/``: what decides when and how many databases are relayed (``relay dispatch``'s
+  loop, many databases in one process, a process per database).
+- ``celery/``: the relay's tasks, the fleet over several databases, tasks sent through the
+  outbox, event handlers (the only room importing Celery, with ``relay demo``'s
+  ``commands.demo.run``). ``console/``: the web console. ``django/``: the Django producers.
+- ``commands/``: one module per ``relay`` command, with ``commands/doctor/`` (the doctor's
+  checks) and ``commands/demo/``.
 
 The public API is ``relay.__all__`` and the ``__all__`` of the modules the API reference
 (docs/api.md) lists; every other module and name is internal and may move in any release.

@@ -1,5 +1,7 @@
-"""The relay itself: claim -> publish -> record, the drain and loop around it, the lease keeper,
-the commit-time wake-up (a watcher of the outbox id sequence), the runner that assembles a
-relay process from settings, and the replay of sent events to one queue
-(:func:`relay.replays.replayer.replay`, public as ``relay.replay``).
+"""One database's cycle: claim -> publish -> record (:mod:`relay.dispatch.cycle`), the drain
+around it (:mod:`relay.dispatch.dispatcher`), the lease keeper (:mod:`relay.dispatch.lease`),
+their pure decisions (:mod:`relay.dispatch.decisions`, :mod:`relay.dispatch.batching`) and the
+bounded stop (:mod:`relay.dispatch.stopping`). Built by the one per-database runtime
+(:mod:`relay.dispatch.runtime`) that every runner (:mod:`relay.runners`, :mod:`relay.celery`)
+uses; what runs when, and how many at once, is theirs.
 """

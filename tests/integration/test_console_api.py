@@ -1,4 +1,5 @@
-"""The console's JSON API and its auth rules over HTTP, on every database (DESIGN.md §1.8)."""
+"""The console's JSON API and its auth rules over HTTP, on every database (docs/operations.md's
+"Web console", docs/security.md's "The console")."""
 
 from __future__ import annotations
 

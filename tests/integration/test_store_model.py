@@ -4,7 +4,9 @@
 Random interleavings of enqueue, claims by several workers, publish outcomes (sent, reschedule,
 bury, release), lease renewal, lease expiry and reclaim. After every step the table must equal
 the model: no row lost, a row marked sent only by its lease holder (and only once), and every
-status change one the state machine of DESIGN.md §2 allows.
+status change one a row's life allows (``relay.records.Status``): pending -> processing (a
+claim) -> sent, back to pending (reschedule, release) or failed (bury); an expired lease's row
+claimed again.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ WORKERS = ("w1", "w2", "w3")
 LEASE = 300.0  # never expires by itself during a run: expiry is a rule of its own
 OUTCOMES = ("sent", "reschedule", "bury", "release")
 
-#: Status changes DESIGN.md §2 allows (without an operator's retry, which the model omits).
+#: Status changes a row may make (``relay.records.Status``), without an operator's retry
+#: (failed -> pending), which the model omits.
 LEGAL = {
     ("pending", "processing"),  # claim
     ("processing", "processing"),  # reclaim of an expired lease

@@ -19,7 +19,8 @@ TEST_DEFS = {
 
 
 def test_every_test_file_and_test_the_docs_cite_exists() -> None:
-    """`tests/x.py`, `tests/x.py::test_y` and a bare `test_y` name a test that exists today."""
+    """`tests/<file>.py`, `tests/<file>.py::test_y` and a bare `test_y` name a test that exists
+    today."""
     wrong = []
     for doc in DOCS:
         text = doc.read_text()
@@ -44,7 +45,8 @@ def test_the_readme_links_only_to_files_that_exist() -> None:
 
 
 def test_no_page_or_module_points_at_files_outside_the_repository() -> None:
-    """DESIGN.md and FACTS.md are the team's notes, not shipped: nothing cites them."""
+    """The team's notes (its design and facts files) are not shipped: nothing cites them (the
+    tests' prose is test_references.py's)."""
     sources = [*DOCS, *(ROOT / "relay").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
     sources.append(ROOT / "bench" / "report_template.md")
     citing = [

@@ -1,4 +1,5 @@
-"""The import layers of DESIGN.md §4 hold."""
+"""The import layers hold: the floors of ``relay/__init__.py``'s docstring (docs/development.md's
+Layout draws them too), each room importing only its own floor or those below."""
 
 from __future__ import annotations
 
@@ -153,10 +154,12 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None
     assert out.strip() == "[None, {'tenant': 'a'}]"
 
 
-#: The floors of DESIGN.md §4, lowest first. A module may import its own floor or any below,
-#: never one above; a room not named here fails the test until it is given a floor.
+#: The floors, lowest first (``relay/__init__.py``'s docstring draws the same map). A module may
+#: import its own floor or any below, never one above; a room not named here fails the test
+#: until it is given a floor.
 #: - settings, errors, value objects, lease-derived times and pure policy import nothing above
-#:   (the pure decisions that live beside their users in dispatch/ and store/ too);
+#:   (the pure decisions that live beside their users in dispatch/, wakeup/, retention/ and
+#:   store/ too);
 #: - the store, the publishers and the observers (which the dispatcher and the producer call)
 #:   stand on them, and ``relay.testing`` ships a publisher double;
 #: - the producer API (and ``relay`` itself, which re-exports it) writes through the store and
@@ -271,7 +274,7 @@ def _floor(module: str) -> int:
 
 
 def test_no_import_runs_up_a_floor() -> None:
-    """No module of ``relay`` imports one on a higher floor of DESIGN.md §4 (see FLOORS)."""
+    """No module of ``relay`` imports one on a higher floor (see FLOORS)."""
     upward = sorted(
         f"{module} (floor {_floor(module)}) imports {target} (floor {_floor(target)})"
         for module, targets in GRAPH.items()

@@ -1,4 +1,5 @@
-"""The message on the wire is built from the row exactly as DESIGN.md §1.3 says."""
+"""The message on the wire is built from the row exactly as docs/consuming.md's "The message"
+says."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def _surface() -> dict[str, list[str]]:
 
 
 SURFACE = _surface()
-#: ``relay.x`` words of the docs that are no Python path: the task names (a wire contract),
+#: ``relay.…`` words of the docs that are no Python path: the task names (a wire contract),
 #: the Django system check ids and migrations (app label ``relay``), the embedded default's
 #: database file, the audit logger's name (``relay.audit``), and a public module's dunder names
 #: (``relay.__all__``).
@@ -46,7 +46,7 @@ NOT_PYTHON = re.compile(
 
 
 def _is_public(path: str) -> bool:
-    """``relay.x`` is a public module, or a public module's public name (with any attribute of
+    """``relay.…`` is a public module, or a public module's public name (with any attribute of
     it: ``relay.config.Settings.from_env``)."""
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
