@@ -21,7 +21,7 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-#: Frozen copy of ``relay.dispatch.listener.CHANNEL`` as of this revision.
+#: The channel the relay LISTENed on as of this revision (its listener is gone since 0014).
 CHANNEL = "relay_outbox"
 
 

@@ -3,7 +3,7 @@
 A filter selects by ids, an event-type pattern, an ordering key, a text in the last error and
 a creation-time window; an action (retry, purge) that selects nothing refuses to run unless
 the operator said ``all``. The SQL it becomes lives with the statements
-(``relay.store.dialects.dispatch_path.Dialect.matching``).
+(``relay.store.dialects.operations.Operations.matching``).
 """
 
 from __future__ import annotations
