@@ -85,14 +85,16 @@ class Dispatcher:
         *,
         store: Store | None = None,
         publisher: Publisher | None = None,
+        engine_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Dispatcher:
-        """The dispatcher ``settings`` describe: a store on ``RELAY_DATABASE_URL`` and the
-        publisher :func:`relay.publishers.for_url` picks for ``RELAY_EVENTS_URL``; either may
-        be passed in instead. ``kwargs`` go to the constructor (``worker_id``, ``rng``, ...)."""
+        """The dispatcher ``settings`` describe: a store on ``RELAY_DATABASE_URL`` (its engine
+        built with ``engine_options``) and the publisher :func:`relay.publishers.for_url` picks
+        for ``RELAY_EVENTS_URL``; either may be passed in instead. ``kwargs`` go to the
+        constructor (``worker_id``, ``rng``, ``observer``, ...)."""
         s = settings
         if store is None:
-            store = DispatchStore.from_settings(s)
+            store = DispatchStore.from_settings(s, **(engine_options or {}))
         if publisher is None:
             observer = kwargs.get("observer")
             publisher = publishers.for_url(

@@ -145,15 +145,15 @@ class Runtime:
         if self._dispatcher is None:
             if self.observer is None:
                 self.observer = observer(self.settings)
-            self._store = DispatchStore.from_settings(
-                self.settings, **engine_options(self.settings, one_connection=self.one_connection)
-            )
             self._owns_publisher = publisher_ is None
-            chosen = publisher_ or publisher(self.settings, self.observer)
-            self._dispatcher = Dispatcher(
-                self._store, chosen, self.settings, observer=self.observer
+            relay = self._dispatcher = Dispatcher.from_settings(
+                self.settings,
+                publisher=publisher_ or publisher(self.settings, self.observer),
+                engine_options=engine_options(self.settings, one_connection=self.one_connection),
+                observer=self.observer,
             )
-            self._pid = os.getpid()
+            assert isinstance(relay.store, DispatchStore)  # from_settings built it
+            self._store, self._pid = relay.store, os.getpid()
         elif publisher_ is not None:
             self._dispatcher.publisher, self._owns_publisher = publisher_, False
         return self._dispatcher
@@ -281,6 +281,12 @@ class Runtime:
     def stop(self, *_: Any, **__: Any) -> None:
         """A warm stop: drains end after the batch in flight."""
         self.stopping.set()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self, *_: Any, **__: Any) -> None:
         """Stop the dispatcher's threads, then close its publisher, the purger and the

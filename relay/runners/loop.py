@@ -26,19 +26,18 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     """A relay process without Celery: drain once, or drain until SIGTERM/SIGINT with the
     wake-up watcher (or adaptive polling), the heartbeat file and the metrics endpoint."""
     dump_stacks_on(signal.SIGUSR1)
-    runtime = Runtime(DEFAULT_NAME, settings)
-    relay = runtime.dispatcher()
-    log.info("relay %s starting: %s", relay.worker_id, settings.describe())
-    # Armed by the loop's first stop signal; covers the clean-up below as well.
+    # Armed by the loop's first stop signal; covers the clean-up (the runtime's close) too.
     guard = StopGuard()
     try:
-        if once:
-            report = relay.drain(budget_seconds=float("inf"))
-        else:
-            beat = heartbeat.beats(heartbeat_file, heartbeat.liveness_seconds(settings))
-            report = _loop(runtime, beat, guard)
+        with Runtime(DEFAULT_NAME, settings) as runtime:
+            relay = runtime.dispatcher()
+            log.info("relay %s starting: %s", relay.worker_id, settings.describe())
+            if once:
+                report = relay.drain(budget_seconds=float("inf"))
+            else:
+                beat = heartbeat.beats(heartbeat_file, heartbeat.liveness_seconds(settings))
+                report = _loop(runtime, beat, guard)
     finally:
-        runtime.close()
         guard.disarm()
     log.info("relay %s done: %s", relay.worker_id, report)
     return report
