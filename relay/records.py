@@ -46,8 +46,9 @@ class ClaimedEvent:
     event_id: str | None = None
     #: The outbox the row came from, as the CloudEvents ``source`` (``RELAY_SOURCE``).
     source: str | None = None
-    #: Why this row cannot become a message (``relay.rowfaults``): it is dead-lettered on this
-    #: attempt without being published. None for every row that can be sent.
+    #: Why this row cannot become a message (:meth:`from_claims` finds it: ``headers_fault``,
+    #: ``time_fault``): it is dead-lettered on this attempt without being published. None for
+    #: every row that can be sent.
     defect: str | None = None
 
     @classmethod

@@ -92,28 +92,19 @@ class BrokerTls:
         # is left out, not None, for the opt-outs: Kombu fills a None with the URL's host.
         if self.verify_chain and self.verify_name:
             opts["server_hostname"] = self.host
-        for key, value in (
-            ("ca_certs", self.ca_certs),
-            ("certfile", self.certfile),
-            ("keyfile", self.keyfile),
-        ):
-            if value is not None:
-                opts[key] = value
-        return opts
+        return opts | self._files("")
 
     def _redis(self) -> dict[str, Any]:
-        opts: dict[str, Any] = {
+        return {
             "ssl_cert_reqs": "required" if self.verify_chain else "none",
             "ssl_check_hostname": self.verify_chain and self.verify_name,
-        }
-        for key, value in (
-            ("ssl_ca_certs", self.ca_certs),
-            ("ssl_certfile", self.certfile),
-            ("ssl_keyfile", self.keyfile),
-        ):
-            if value is not None:
-                opts[key] = value
-        return opts
+        } | self._files("ssl_")
+
+    def _files(self, prefix: str) -> dict[str, str]:
+        """The CA bundle, certificate and key that were given, named as the client names them
+        (py-amqp's ``ssl`` keys, redis-py's with ``ssl_`` before them)."""
+        files = {"ca_certs": self.ca_certs, "certfile": self.certfile, "keyfile": self.keyfile}
+        return {prefix + key: path for key, path in files.items() if path is not None}
 
 
 def nodes(url: str) -> list[str]:

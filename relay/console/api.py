@@ -19,20 +19,15 @@ from starlette.routing import Route
 
 from relay.console.auth import Credential, csrf_ok
 from relay.console.views import (
+    ANSWERED,
     BadRequest,
     act,
     bounded_id,
+    failure_status,
     jsonable,
     read_filter,
     read_page,
     replay,
-)
-from relay.exceptions import (
-    BrokerUnavailable,
-    DatabaseUnavailable,
-    ReplayRefused,
-    SelectorError,
-    StoreError,
 )
 from relay.store.operations.filters import EventFilter
 from relay.store.operations.store import Actor
@@ -79,12 +74,8 @@ def routes(c: Console) -> list[Route]:
                     return _error(403, "a session's action needs its X-CSRF-Token")
             try:
                 return await handler(request, cred)
-            except (BadRequest, SelectorError, ReplayRefused) as exc:
-                return _error(400, str(exc))
-            except (DatabaseUnavailable, BrokerUnavailable) as exc:
-                return _error(503, str(exc))
-            except StoreError as exc:
-                return _error(500, str(exc))
+            except ANSWERED as exc:
+                return _error(failure_status(exc), str(exc))
 
         return endpoint
 

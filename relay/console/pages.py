@@ -20,20 +20,15 @@ from relay.console import charts
 from relay.console.auth import COOKIE, SESSION_SECONDS, Credential, csrf_ok
 from relay.console.views import (
     ACTIONS,
+    ANSWERED,
     BadRequest,
     act,
     bounded_id,
+    failure_status,
     jsonable,
     read_filter,
     read_page,
     replay,
-)
-from relay.exceptions import (
-    BrokerUnavailable,
-    DatabaseUnavailable,
-    ReplayRefused,
-    SelectorError,
-    StoreError,
 )
 from relay.records import Status
 from relay.store.operations.filters import EventFilter
@@ -101,12 +96,8 @@ def routes(c: Console) -> list[Route]:
                     return render(request, "error.html", cred, 403, message=message)
             try:
                 return await handler(request, cred)
-            except (BadRequest, SelectorError, ReplayRefused) as exc:
-                return render(request, "error.html", cred, 400, message=str(exc))
-            except (DatabaseUnavailable, BrokerUnavailable) as exc:
-                return render(request, "error.html", cred, 503, message=str(exc))
-            except StoreError as exc:
-                return render(request, "error.html", cred, 500, message=str(exc))
+            except ANSWERED as exc:
+                return render(request, "error.html", cred, failure_status(exc), message=str(exc))
 
         return endpoint
 

@@ -1,5 +1,6 @@
 """What the pages and the API share: reading a filter from a request, masking fields, turning
-rows into JSON values, and running an action through the store's verbs."""
+rows into JSON values, running an action through the store's verbs, and the status a failed
+request answers with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from relay.config import Settings
+from relay.exceptions import (
+    BrokerUnavailable,
+    DatabaseUnavailable,
+    ReplayRefused,
+    SelectorError,
+    StoreError,
+)
 from relay.records import Status
 from relay.store.operations.filters import EventFilter, parse_when
 from relay.store.operations.store import Actor, Changed, OperationsStore
@@ -32,6 +40,23 @@ MAX_IDS, MAX_TEXT = 1000, 1000
 
 class BadRequest(ValueError):
     """A request the console refuses, with the reason (400)."""
+
+
+#: The failures a request answers with a status, matched in this order (an outage is a kind of
+#: ``StoreError``): the caller's mistake, an outage, another fault of the database. Anything
+#: else is a bug and propagates.
+_STATUSES: tuple[tuple[tuple[type[Exception], ...], int], ...] = (
+    ((BadRequest, SelectorError, ReplayRefused), 400),
+    ((DatabaseUnavailable, BrokerUnavailable), 503),
+    ((StoreError,), 500),
+)
+#: Every failure :func:`failure_status` answers for, to catch around a request's handler.
+ANSWERED: tuple[type[Exception], ...] = tuple(kind for kinds, _ in _STATUSES for kind in kinds)
+
+
+def failure_status(exc: Exception) -> int:
+    """The HTTP status of a request that raised ``exc``, one of :data:`ANSWERED`."""
+    return next(status for kinds, status in _STATUSES if isinstance(exc, kinds))
 
 
 def _text(values: Mapping[str, Any], name: str) -> str | None:
@@ -230,11 +255,13 @@ def jsonable(row: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
 
 
 __all__ = [
+    "ANSWERED",
     "MASK",
     "WITHHELD",
     "BadRequest",
     "act",
     "bounded_id",
+    "failure_status",
     "jsonable",
     "masked",
     "read_filter",

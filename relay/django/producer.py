@@ -35,28 +35,10 @@ def enqueue(
     ``using``; returns its id. A rollback (of the block or of a savepoint around the call)
     leaves no event; outside ``atomic()``, or with a bad event, raises ``relay.EventError``
     naming the field, before anything is written."""
-    producer = core.default()
-    row = producer.event(
+    row = core.default().event(
         event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
     )
-    return _write(row, producer.wake, using)
-
-
-def enqueue_task(
-    name: str,
-    body: Any,
-    task: Mapping[str, Any],
-    *,
-    headers: Mapping[str, Any] | None = None,
-    ordering_key: str | None = None,
-    delay: timedelta | float | None = None,
-    using: str = "default",
-) -> int:
-    """Write a Celery task message (built by ``relay.celery.transactional``) in the open
-    ``atomic()`` block of ``using``; returns its outbox id."""
-    producer = core.default()
-    row = producer.task(name, body, task, headers=headers, ordering_key=ordering_key, delay=delay)
-    return _write(row, producer.wake, using)
+    return write(row, using)
 
 
 def lock_keys(ordering_keys: Iterable[str], *, using: str = "default") -> None:
@@ -70,10 +52,13 @@ def lock_keys(ordering_keys: Iterable[str], *, using: str = "default") -> None:
         conn.execute(statement, {"key": key})
 
 
-def _write(row: core.Row, wake: WakeUp | None, using: str) -> int:
-    """Execute ``row``'s statement on Django's connection ``using`` and arm ``wake``."""
+def write(row: core.Row, using: str) -> int:
+    """Execute ``row``'s statement (an event's, or a Celery task's built by
+    ``relay.celery.transactional``) on Django's connection ``using`` inside its ``atomic()``
+    block, and arm the producer's wake-up for the block's commit; the new outbox id."""
     conn = in_transaction(using, WHOSE)
     new_id = int(conn.execute(row.statement(conn.dialect.name), row.values).inserted_primary_key[0])
+    wake = core.default().wake
     if wake is not None:
         _arm_wake(conn, wake)
     return new_id

@@ -10,6 +10,7 @@ from typing import Any
 
 from relay.celery import transactional
 from relay.django import producer
+from relay.produce import core
 
 
 def send_task(
@@ -41,15 +42,15 @@ def send_task(
         routing_key=routing_key,
         app=app,
     )
-    producer.enqueue_task(
+    row = core.default().task(
         name,
         message.body,
         message.task,
         headers=headers,
         ordering_key=ordering_key,
         delay=message.delay,
-        using=using,
     )
+    producer.write(row, using)
     return message.task_id
 
 

@@ -36,7 +36,7 @@ from relay.exceptions import BrokerBlocked, BrokerUnavailable, EventUnsendable, 
 from relay.ordering import RunGuard
 from relay.publishers import liveness, message
 from relay.publishers.frames import BatchEncoder
-from relay.publishers.kombu_connection import describe, unroutable
+from relay.publishers.kombu_connection import describe, publishable, unroutable
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
@@ -147,32 +147,14 @@ class AmqpPublisher(liveness.WatchedPublisher):
     ) -> _Refusal | None:
         """Publish ``events`` in one write and await their confirms; the unconfirmed rest and
         the broker's error when it closed the channel on a message it refused."""
-        conn, encoder = self._conn, self._encoder
+        conn = self._conn
         assert conn is not None
-        assert encoder is not None
         self._pending.clear()
         self._floor = self._next_tag
         self._acked, self._nacked, self._returned = [], [], {}
         frames: list[bytes] = []
-        for event in events:
-            if guard.stopped and guard.holds(event):
-                result.withheld.append(event)
-                continue
-            try:
-                msg = self._prepare(event)
-                self._declare_task_route(msg)
-                frames.append(_encode(encoder, msg))
-            except EventUnsendable as exc:
-                # Nothing of this message was written: only this row (e.g. a header key over
-                # 255 bytes, written by plain SQL) is at fault, and it fails alone, at once.
-                result.unsendable.append((event, str(exc)))
-                guard.failed(event)
-                continue
-            except MessageRefused as exc:
-                # The broker refused this task's queue declare: an attempt of this row alone.
-                result.rejected.append((event, str(exc)))
-                guard.failed(event)
-                continue
+        for event, frame in publishable(events, result, guard, self._frames):
+            frames.append(frame)
             self._pending[self._next_tag] = event
             self._next_tag += 1
         if frames:
@@ -213,6 +195,13 @@ class AmqpPublisher(liveness.WatchedPublisher):
                 f"broker unavailable: no broker confirm within {self.confirm_timeout:g}s"
             )
         return None
+
+    def _frames(self, event: ClaimedEvent) -> bytes:
+        """``event``'s message as AMQP frames, a task's queue declared first."""
+        assert self._encoder is not None
+        msg = self._prepare(event)
+        self._declare_task_route(msg)
+        return _encode(self._encoder, msg)
 
     def _declare_task_route(self, msg: message.OutgoingMessage) -> None:
         """:meth:`_declare_route` on the declaring channel; a declare the broker refuses (a

@@ -11,19 +11,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import kombu
 import kombu.exceptions
 
 from relay.config.urls import redact
-from relay.exceptions import BrokerBlocked, BrokerUnavailable, ConfigError, PublishError
+from relay.exceptions import (
+    BrokerBlocked,
+    BrokerUnavailable,
+    ConfigError,
+    EventUnsendable,
+    MessageRefused,
+    PublishError,
+)
+from relay.ordering import RunGuard
 from relay.publishers import message, transports
 from relay.publishers.signatures import Keyring
 from relay.records import ClaimedEvent, PublishResult
 
 log = logging.getLogger(__name__)
+
+_Built = TypeVar("_Built")
 
 
 class KombuPublisher:
@@ -200,6 +210,36 @@ class KombuPublisher:
         done = {e.id for e in result.confirmed} | {e.id for e, _ in result.rejected}
         done |= {e.id for e in result.withheld} | {e.id for e, _ in result.unsendable}
         return [e for e in todo if e.id not in done]
+
+
+def publishable(
+    events: Sequence[ClaimedEvent],
+    result: PublishResult,
+    guard: RunGuard,
+    build: Callable[[ClaimedEvent], _Built],
+) -> Iterator[tuple[ClaimedEvent, _Built]]:
+    """Each of ``events`` that may go out, with what ``build`` makes of it (its message, its
+    frames). The others get their verdict in ``result`` here: a row behind a failed one of its
+    key is withheld (``guard``); a row ``build`` raises ``EventUnsendable`` for fails alone, at
+    once (nothing of it was written: e.g. a header key over 255 bytes, written by plain SQL);
+    one whose task queue the broker refused to declare (``MessageRefused``) spends an attempt.
+    Either holds back the rest of its key's run, as does a row the caller fails: this is lazy,
+    so the guard is asked about each row only once the caller is done with the one before."""
+    for event in events:
+        if guard.stopped and guard.holds(event):
+            result.withheld.append(event)
+            continue
+        try:
+            built = build(event)
+        except EventUnsendable as exc:
+            result.unsendable.append((event, str(exc)))
+            guard.failed(event)
+            continue
+        except MessageRefused as exc:
+            result.rejected.append((event, str(exc)))
+            guard.failed(event)
+            continue
+        yield event, built
 
 
 def failover_order(url: str, first: int) -> list[str]:

@@ -16,7 +16,12 @@ from kombu.utils import json as kombu_json
 from relay.exceptions import EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message
-from relay.publishers.kombu_connection import KombuPublisher, kombu_message, unroutable
+from relay.publishers.kombu_connection import (
+    KombuPublisher,
+    kombu_message,
+    publishable,
+    unroutable,
+)
 from relay.records import ClaimedEvent, PublishResult
 
 _REDIS_TRANSPORTS = frozenset({"redis", "rediss"})
@@ -37,18 +42,7 @@ class VirtualPublisher(KombuPublisher):
         ready: list[tuple[ClaimedEvent, message.OutgoingMessage, list[str]]] = []
         guard = RunGuard()  # a row refused here withholds what follows it (relay.ordering)
         tasks: list[tuple[ClaimedEvent, message.OutgoingMessage]] = []
-        for event in events:
-            if guard.stopped and guard.holds(event):
-                result.withheld.append(event)
-                continue
-            try:
-                msg = self._prepare(event)
-                if event.headers:
-                    _check_headers(msg)
-            except EventUnsendable as exc:
-                result.unsendable.append((event, str(exc)))
-                guard.failed(event)
-                continue
+        for event, msg in publishable(events, result, guard, self._checked):
             if msg.exchange is not None:  # a Celery task: its own route, declared first
                 self._declare_route(msg)
                 tasks.append((event, msg))
@@ -79,6 +73,13 @@ class VirtualPublisher(KombuPublisher):
                 msg.body, routing_key=msg.routing_key, retry=False, **message.properties(msg)
             )
             result.confirmed.append(event)
+
+    def _checked(self, event: ClaimedEvent) -> message.OutgoingMessage:
+        """``event``'s message, its own headers (if it has any) checked as JSON will carry them."""
+        msg = self._prepare(event)
+        if event.headers:
+            _check_headers(msg)
+        return msg
 
 
 def _check_headers(msg: message.OutgoingMessage) -> None:
