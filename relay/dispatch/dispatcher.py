@@ -21,7 +21,6 @@ from relay.dispatch.batching import BatchSizer
 from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
 from relay.dispatch.decisions import CircuitBreaker
 from relay.exceptions import StoreError
-from relay.observe.observers import Observer
 from relay.policy import Backoff
 from relay.publishers import Publisher
 from relay.store.dispatch_path.protocol import Store
@@ -38,10 +37,10 @@ class Dispatcher:
 
     def __init__(self, store: Store, publisher: Publisher, settings: Settings, **kwargs: Any):
         self.cycle = Cycle(store, publisher, settings, **kwargs)
-
-    @property
-    def store(self) -> Store:
-        return self.cycle.store
+        # The cycle's parts, fixed for its life (only the publisher may be lent another).
+        self.store, self.settings, self.clock = store, settings, self.cycle.clock
+        self.worker_id, self.observer = self.cycle.worker_id, self.cycle.observer
+        self.breaker: CircuitBreaker = self.cycle.breaker
 
     @property
     def publisher(self) -> Publisher:
@@ -50,25 +49,6 @@ class Dispatcher:
     @publisher.setter
     def publisher(self, publisher: Publisher) -> None:
         self.cycle.publisher = publisher
-
-    @property
-    def settings(self) -> Settings:
-        return self.cycle.settings
-
-    @property
-    def worker_id(self) -> str:
-        return self.cycle.worker_id
-
-    @property
-    def observer(self) -> Observer:
-        return self.cycle.observer
-
-    @property
-    def breaker(self) -> CircuitBreaker:
-        return self.cycle.breaker
-
-    def clock(self) -> float:
-        return self.cycle.clock()
 
     def run_once(self) -> Report:
         """Claim one batch, publish it, record the outcomes."""
