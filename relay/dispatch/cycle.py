@@ -45,10 +45,15 @@ def make_worker_id() -> str:
 class Report:
     """What one cycle, or a sum of cycles, did."""
 
+    #: Claims made (one per cycle; an empty claim counts).
     cycles: int = 0
+    #: Rows leased.
     claimed: int = 0
+    #: Rows the broker confirmed, now ``sent``.
     sent: int = 0
+    #: Rows back to ``pending`` with a backoff, an attempt spent.
     rescheduled: int = 0
+    #: Rows dead-lettered (``failed``): past their attempts, or the row's own fault.
     buried: int = 0
     #: Given back without spending an attempt: the broker was unreachable, or an earlier row
     #: of the same key failed in the batch.

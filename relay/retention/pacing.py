@@ -31,8 +31,11 @@ class PurgePacing:
     (docs/benchmarks.md, section 16); yielding keeps delivery within about the threshold while
     the purge goes on at ``min_duty`` or more, so a backlog is still purged in bounded time."""
 
+    #: How long one delete transaction should take: batches grow or shrink towards it.
     target_seconds: float = 0.1
+    #: The share of its time the purge works while delivery keeps up (rests fill the rest).
     duty: float = 0.5
+    #: The first batch's rows, and the bounds a batch stays within.
     first_batch: int = 1000
     min_batch: int = 1000
     max_batch: int = 10_000
