@@ -7,9 +7,10 @@ event to a Kombu exchange at least once, with the row's event id (unique across 
 The package, in rooms by role (imports run down this list, a floor at a time;
 ``tests/unit/test_layers.py`` holds it, with no circle):
 
-- ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``: the error tree, value
-  objects, the backoff, per-key ordering, settings (with the lease-derived times in
-  ``config.timing`` and URL redaction in ``config.urls``). No I/O, no third-party import; the
+- ``exceptions``, ``records``, ``policy``, ``ordering``, ``config/``, ``threads``: the error
+  tree, value objects, the backoff, per-key ordering, settings (with the lease-derived times in
+  ``config.timing`` and URL redaction in ``config.urls``), the background threads' lifecycle.
+  No I/O, no third-party import; the
   other pure decisions sit on this floor too, beside their users (``dispatch.decisions``,
   ``dispatch.batching``, ``wakeup.polling``, ``retention.pacing``,
   ``store.dispatch_path.lease_sweep``).

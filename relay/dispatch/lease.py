@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 
@@ -11,11 +10,12 @@ from relay.config import timing
 from relay.exceptions import StoreError
 from relay.records import ClaimedEvent
 from relay.store.dispatch_path.protocol import Store
+from relay.threads import Background
 
 log = logging.getLogger(__name__)
 
 
-class LeaseKeeper:
+class LeaseKeeper(Background):
     """Renews a batch's lease every third of the lease (:mod:`relay.config.timing`) until stopped.
 
     Started when the batch is claimed and stopped once its outcomes are recorded, so a live
@@ -29,19 +29,9 @@ class LeaseKeeper:
     def __init__(
         self, store: Store, worker: str, events: Sequence[ClaimedEvent], lease_seconds: float
     ) -> None:
+        super().__init__("relay-lease", self._run)
         self._store, self._worker, self._events = store, worker, events
         self._lease = lease_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay-lease", daemon=True)
-
-    def start(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
 
     def __enter__(self) -> LeaseKeeper:
         return self.start()

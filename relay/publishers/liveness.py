@@ -27,6 +27,7 @@ import kombu
 from relay.config import timing
 from relay.exceptions import BrokerBlocked, BrokerUnavailable
 from relay.publishers.kombu_connection import KombuPublisher
+from relay.threads import Background
 
 log = logging.getLogger(__name__)
 
@@ -98,25 +99,20 @@ def listen_for_blocks(
     amqp_conn.on_unblocked = on_unblocked
 
 
-class HeartbeatPump:
+class HeartbeatPump(Background):
     """Calls ``tick`` every ``interval`` seconds while ``lock`` is free (the publisher is not
     publishing: a publish reads and writes the connection itself), until stopped."""
 
     def __init__(self, tick: Callable[[], None], lock: threading.RLock, interval: float) -> None:
+        super().__init__("relay-amqp-heartbeat", self._run)
         self._tick = tick
         self._lock = lock
         self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay-amqp-heartbeat", daemon=True)
 
-    def start(self) -> HeartbeatPump:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Ask the thread to end; it does within one interval (not joined: it may be waiting
-        for the lock that the caller holds)."""
-        self._stop.set()
+    def stop(self, timeout: float | None = 0.0) -> None:
+        """Ask the thread to end; it does within one interval (not waited for: it may be
+        waiting for the lock that the caller holds)."""
+        super().stop(timeout)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

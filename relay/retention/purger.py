@@ -23,6 +23,7 @@ from relay.config import Settings
 from relay.exceptions import RelayError
 from relay.retention.pacing import PurgePacing
 from relay.store.operations.retention import BEHIND_COUNTED_UP_TO, RetentionStore
+from relay.threads import Background, Stop
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class Purger:
         return cls(store, settings.retention_seconds, holder)
 
     def run(
-        self, budget_seconds: float = float("inf"), stop: threading.Event | None = None
+        self, budget_seconds: float = float("inf"), stop: threading.Event | Stop | None = None
     ) -> PurgeRun:
         """Delete until nothing past the retention is left, the budget is spent or ``stop``
         is set; a run that finds the lease held by another purger does nothing."""
@@ -135,20 +136,15 @@ class Purger:
         self.store.dispose()
 
 
-class PurgeLoop:
+class PurgeLoop(Background):
     """A purge run every ``interval_seconds`` in a daemon thread (``relay dispatch --loop``):
     the first run starts at once, each has the interval as its budget, a run that left rows
     past the retention is followed at once by the next, and a run that another purger's lease
     skips waits for the next interval."""
 
     def __init__(self, purger: Purger, interval_seconds: float) -> None:
+        super().__init__("relay-purger", self._run)
         self.purger, self.interval = purger, interval_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relay-purger", daemon=True)
-
-    def start(self) -> PurgeLoop:
-        self._thread.start()
-        return self
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -161,9 +157,8 @@ class PurgeLoop:
                     continue  # stopped by its budget with rows left: keep going at once
             self._stop.wait(self.interval)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
+    def stop(self, timeout: float | None = 10.0) -> None:
+        super().stop(timeout)
         self.purger.close()
 
 

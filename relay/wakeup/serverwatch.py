@@ -13,7 +13,6 @@ database (rows may have come meanwhile) and looks again with backoff.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,6 +25,7 @@ from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.store.dispatch_path.serverstats import ServerStats, changed
 from relay.store.engine import APPLICATION_NAME, create_engine, normalize_url
+from relay.threads import Background
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _engine(url: Any) -> Any:
     )
 
 
-class ServerWatch:
+class ServerWatch(Background):
     """Watches one server's databases (``datnames``: database name -> relay name) in a daemon
     thread, calling ``on_wake`` with the relay names of those that inserted rows, or with
     ``()`` when it cannot tell (it lost the server)."""
@@ -110,6 +110,7 @@ class ServerWatch:
         on_wake: Callable[[tuple[str, ...]], None],
         floor: float = 0.025,
     ) -> None:
+        super().__init__("relay-server-watch", self._run)
         self.server, self.datnames, self.on_wake, self.floor = (
             server,
             dict(datnames),
@@ -117,22 +118,13 @@ class ServerWatch:
             floor,
         )
         self.stats = ServerStats(_engine(url), list(self.datnames))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: Holds its one connection to the server.
         self.connected = False
         #: Looks so far, and wake-ups sent.
         self.looks = self.woken = 0
 
-    def start(self) -> ServerWatch:
-        self._thread = threading.Thread(target=self._run, name="relay-server-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def stop(self, timeout: float | None = 5.0) -> None:
+        super().stop(timeout)
         self.stats.close()
         self.connected = False
 

@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -35,36 +35,10 @@ from relay.policy import Backoff
 from relay.store.dispatch_path.sequence import SequenceReader
 from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import normalize_url
+from relay.threads import Background
 from relay.wakeup.polling import IdlePoll, SequenceWatch
 
 log = logging.getLogger(__name__)
-
-
-class _Stop:
-    """A stop flag to wait on between looks. ``threading.Event.wait`` builds a condition and a
-    lock at every call (159 µs of CPU here for a 25 ms wait); a lock held until :meth:`set`
-    waits with one call (72 µs): it counts, 40 times a second for the life of the relay."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._set = False
-
-    def set(self) -> None:
-        if not self._set:
-            self._set = True
-            self._lock.release()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True at once if (or as soon as) the flag is set."""
-        if self._set or seconds <= 0:
-            return self._set
-        if self._lock.acquire(timeout=seconds):
-            self._lock.release()
-        return self._set
 
 
 def supports(database_url: str) -> bool:
@@ -72,31 +46,7 @@ def supports(database_url: str) -> bool:
     return sa.make_url(normalize_url(database_url)).get_backend_name() == "postgresql"
 
 
-class _Background:
-    """A daemon thread running :meth:`run` until :meth:`stop`."""
-
-    thread_name = "relay-watch"
-
-    def __init__(self) -> None:
-        self._stop = _Stop()
-        self._thread: threading.Thread | None = None
-
-    def run(self) -> None:
-        raise NotImplementedError
-
-    def start(self) -> Self:
-        self._thread = threading.Thread(target=self.run, name=self.thread_name, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ask the thread to end and wait for it (it ends within one look)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-
-class SequenceWatcher(_Background):
+class SequenceWatcher(Background):
     """Looks at the outbox id sequence every ``floor`` seconds in a daemon thread and calls
     ``on_wake`` when a writer it saw may have committed and rows are claimable (a rolled-back
     insert wakes nothing); ``on_wake`` must be quick and must not raise.
@@ -116,7 +66,7 @@ class SequenceWatcher(_Background):
         *,
         on_unwatchable: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__("relay-watch", self.run)
         self.store, self.on_wake, self.floor = store, on_wake, floor
         self.on_unwatchable = on_unwatchable
         self.reader = SequenceReader(store)
@@ -132,7 +82,7 @@ class SequenceWatcher(_Background):
         self.sequence: str | None = None
         self._where = redact(store.engine.url.render_as_string(hide_password=True))
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float | None = 5.0) -> None:
         super().stop(timeout)
         self.reader.close()
         self.store.dispose()
@@ -211,7 +161,7 @@ class SequenceWatcher(_Background):
             self.on_unwatchable()
 
 
-class Poller(_Background):
+class Poller(Background):
     """Where nothing is watched (MySQL, MariaDB, SQLite, or ``RELAY_NOTIFY=0``): looks for
     claimable rows in a daemon thread and calls ``on_found`` when there are some.
 
@@ -223,12 +173,10 @@ class Poller(_Background):
     instead of the same warning every ceiling for ever.
     """
 
-    thread_name = "relay-poll"
-
     def __init__(
         self, store: DispatchStore, on_found: Callable[[], None], floor: float, ceiling: float
     ) -> None:
-        super().__init__()
+        super().__init__("relay-poll", self.run)
         self.store, self.on_found = store, on_found
         # The floor for about one ceiling after rows were seen: workers draining them make
         # the looks meanwhile come back empty, which says nothing about new rows.
@@ -237,6 +185,10 @@ class Poller(_Background):
         self.looks = self.found = 0
         #: The non-retryable error that stopped the poller, if one did.
         self.error: StoreError | None = None
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Ask the thread to end and wait for it (it ends within one look)."""
+        super().stop(timeout)
 
     def run(self) -> None:
         while not self._stop.wait(self.poll.next()):

@@ -34,6 +34,7 @@ def _loaded_after_import(module: str) -> set[str]:
             {"sqlalchemy", "kombu", "celery", "amqp", "redis"},
         ),
         ("relay.ordering", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
+        ("relay.threads", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.runners.many.schedule", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.config", {"sqlalchemy", "kombu", "celery", "amqp", "redis"}),
         ("relay.records", {"sqlalchemy", "kombu", "celery"}),
@@ -159,7 +160,8 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None
 #: until it is given a floor.
 #: - settings, errors, value objects, lease-derived times and pure policy import nothing above
 #:   (the pure decisions that live beside their users in dispatch/, wakeup/, retention/ and
-#:   store/ too);
+#:   store/ too), nor does the lifecycle of the background threads that the publishers,
+#:   dispatch, wake-ups and retention share;
 #: - the store, the publishers and the observers (which the dispatcher and the producer call)
 #:   stand on them, and ``relay.testing`` ships a publisher double;
 #: - the producer API (and ``relay`` itself, which re-exports it) writes through the store and
@@ -184,6 +186,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "relay.wakeup.polling",
         "relay.retention.pacing",
         "relay.store.dispatch_path.lease_sweep",
+        "relay.threads",
     ),
     ("relay.store", "relay.publishers", "relay.observe", "relay.testing"),
     ("relay", "relay.aio", "relay.produce", "relay.migrations"),
