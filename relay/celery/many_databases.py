@@ -37,7 +37,7 @@ from typing import Any
 
 from relay.celery.names import TICK
 from relay.config import Settings, database_list
-from relay.config.databases import each, several
+from relay.config.databases import Fleet, Member
 from relay.dispatch.runtime import Runtime
 from relay.exceptions import ConfigError, RelayError
 
@@ -127,10 +127,9 @@ class CountPlan:
 class Runtimes:
     """Each configured database's :class:`Runtime` in this worker process, by name."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.several = several(settings)
-        self.by_name = {name: self.runtime(name, s) for name, s in each(settings)}
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet, self.settings, self.several = fleet, fleet.settings, fleet.several
+        self.by_name = {m.name: self.runtime(m) for m in fleet.members}
         self._turns = itertools.count()
         #: The tick's choice of databases to count, and its statistics readers (this process's).
         self.plan = CountPlan()
@@ -138,11 +137,11 @@ class Runtimes:
         self._stats_pid = 0
         self._checked_at = time.monotonic()
 
-    def runtime(self, name: str, settings: Settings) -> Runtime:
+    def runtime(self, member: Member) -> Runtime:
         """A database's runtime in this worker process: over several databases on one
         connection, given back after each task (docs/many-databases.md, "The connection
         budget"), so that a process holds none for a database it is not relaying."""
-        return Runtime(name, settings, one_connection=self.several)
+        return Runtime(member.name, member.settings, one_connection=self.several)
 
     def __iter__(self) -> Iterator[tuple[str, Runtime]]:
         return iter(self.by_name.items())
@@ -175,8 +174,8 @@ class Runtimes:
             return False
         database_list.forget_files()
         try:
-            fresh = dict(each(self.settings))
-            if not (self.several and several(self.settings)):
+            fleet = Fleet.from_settings(self.settings)
+            if not (self.several and fleet.several):
                 raise ConfigError(
                     "a fleet started over one database, or a list down to one, is read again "
                     "only at a restart (its sources and connection use differ)"
@@ -184,18 +183,19 @@ class Runtimes:
         except ConfigError as exc:
             log.error("relay reload refused, the %d databases stay: %s", len(self.by_name), exc)
             return False
+        fresh = {m.name: m for m in fleet.members}
         gone = [
             name
             for name, rt in self.by_name.items()
-            if name not in fresh or fresh[name].database_url != rt.settings.database_url
+            if name not in fresh or fresh[name].settings.database_url != rt.settings.database_url
         ]
         for name in gone:  # at a task's start: none of this process's drains runs
             self.by_name.pop(name).close()
         added = [name for name in fresh if name not in self.by_name]
         for name in added:
-            self.by_name[name] = self.runtime(name, fresh[name])
+            self.by_name[name] = self.runtime(fresh[name])
         self.by_name = {name: self.by_name[name] for name in fresh}  # the file's order
-        self._stats = None  # the statistics readers cover the new list
+        self.fleet, self._stats = fleet, None  # the statistics readers cover the new list
         log.info(
             "reloaded RELAY_DATABASES: %d databases; added %s; dropped %s",
             len(self.by_name),
@@ -223,7 +223,7 @@ class Runtimes:
         if self._stats is None or self._stats_pid != os.getpid():
             from relay.wakeup.serverwatch import stats_by_server
 
-            self._stats, self._stats_pid = stats_by_server(self.settings), os.getpid()
+            self._stats, self._stats_pid = stats_by_server(self.fleet), os.getpid()
         found: dict[str, int] = {}
         for stats, names in self._stats:
             try:

@@ -25,6 +25,7 @@ from relay.celery.many_databases import Runtimes, drain_budget, fleet_tick
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
 from relay.celery.wakeup import enable_wakeup, watch_in_beat
 from relay.config import Settings, timing
+from relay.config.databases import Fleet
 from relay.dispatch.dispatcher import Report
 from relay.dispatch.runtime import Runtime
 from relay.exceptions import RelayError
@@ -93,7 +94,8 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     """
     # filesystem:// (the embedded default) means the relay's atomic variant in this app too.
     transports.register()
-    runtimes = Runtimes(settings)
+    fleet = Fleet.from_settings(settings)
+    runtimes = Runtimes(fleet)
     runtime = runtimes.get(None)
     budget = drain_budget(settings, runtimes)
     s = settings
@@ -188,12 +190,12 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.worker_shutting_down.connect(runtimes.stop, weak=False)
     signals.worker_process_shutdown.connect(runtimes.close, weak=False)
     signals.worker_shutdown.connect(runtimes.close, weak=False)
-    signals.beat_init.connect(watch_in_beat(app, settings), weak=False)
+    if wakeup:
+        enable_wakeup(app, settings)
+    signals.beat_init.connect(watch_in_beat(app, fleet), weak=False)
     signals.worker_ready.connect(PromptAcks.on_worker_ready(app), weak=False)
     if settings.metrics_port is not None:
         signals.worker_init.connect(_serve_metrics(app, runtime.settings), weak=False)
-    if wakeup:
-        enable_wakeup(app, settings)
     return runtime
 
 

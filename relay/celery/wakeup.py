@@ -21,6 +21,7 @@ from celery import Celery
 
 from relay.celery.names import CLAIM_AND_DISPATCH
 from relay.config import Settings
+from relay.config.databases import Fleet
 from relay.produce import enqueue as producer
 
 log = logging.getLogger(__name__)
@@ -116,9 +117,9 @@ class Waker:
             return 0
 
 
-def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
+def watch_in_beat(app: Celery, fleet: Fleet) -> Callable[..., None]:
     """The ``beat_init`` handler that starts the deployment's one watcher in ``app``'s beat and
-    turns what it sees into ``claim_and_dispatch`` tasks, at most one per
+    turns what it sees into ``claim_and_dispatch`` tasks of ``fleet``'s databases, at most one per
     ``RELAY_POLL_FLOOR_SECONDS``, so wake-ups never multiply with commits or workers.
 
     On PostgreSQL with ``RELAY_NOTIFY`` on the watcher is a
@@ -133,12 +134,12 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         if getattr(sender, "app", app) is not app:
             return
         from relay.config.database_list import DEFAULT_NAME
-        from relay.config.databases import each, several
         from relay.dispatch.runtime import Runtime
 
-        if not several(settings):
-            waker = Waker(app, settings, min_interval=settings.poll_floor_seconds, one_queued=True)
-            Runtime(DEFAULT_NAME, settings).watcher(waker)
+        s = fleet.settings
+        if not fleet.several:
+            waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
+            Runtime(DEFAULT_NAME, s).watcher(waker)
             return
         # One watcher per PostgreSQL *server* (not per database), waking each database's own
         # drain; a queued task of another database drains nothing of this one, so no
@@ -146,15 +147,17 @@ def watch_in_beat(app: Celery, settings: Settings) -> Callable[..., None]:
         from relay.wakeup.serverwatch import server_watches
 
         wakers = {
-            name: Waker(app, s, min_interval=s.poll_floor_seconds, source=name)
-            for name, s in each(settings)
+            m.name: Waker(
+                app, m.settings, min_interval=m.settings.poll_floor_seconds, source=m.name
+            )
+            for m in fleet.members
         }
 
         def wake(names: tuple[str, ...]) -> None:
             for name in names or tuple(wakers):
                 wakers[name]()
 
-        for watch in server_watches(settings, wake):
+        for watch in server_watches(fleet, wake):
             watch.start()
 
     return start

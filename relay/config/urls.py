@@ -1,4 +1,5 @@
-"""Redaction of credentials in connection URLs, so that no log line or error carries a secret."""
+"""Database and broker URLs as text: credentials redacted so that no log line or error carries a
+secret, and the drivers this package installs given to driverless URLs."""
 
 from __future__ import annotations
 
@@ -24,3 +25,17 @@ def redact(text: str) -> str:
     keyword naming a password, passphrase, secret, token or key) by ``***``."""
     text = _USERINFO.sub(lambda m: f"{m['scheme'] or ''}{m['user']}:***@", text)
     return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", text)
+
+
+_DEFAULT_DRIVERS = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+
+
+def normalize_url(url: str) -> str:
+    """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"

@@ -16,17 +16,10 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
 from relay.config import timing
+from relay.config.urls import normalize_url as normalize_url
 from relay.config.urls import redact
 from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
 from relay.store import faults, watchdog
-
-_DEFAULT_DRIVERS = {
-    "postgresql": "postgresql+psycopg",
-    "postgres": "postgresql+psycopg",
-    "mysql": "mysql+pymysql",
-    "mariadb": "mariadb+pymysql",
-}
-
 
 #: Drivers an extra of this package installs, by module: named when the import fails.
 #: PostgreSQL's ``application_name`` of the relay's connections (its dispatchers' and its
@@ -34,12 +27,6 @@ _DEFAULT_DRIVERS = {
 APPLICATION_NAME = "relay"
 
 _EXTRAS = {"pymysql": " (pip install 'celery-outbox-relay[mysql]')"}
-
-
-def normalize_url(url: str) -> str:
-    """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
-    scheme, sep, rest = url.partition("://")
-    return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
 
 
 def create_engine(

@@ -16,75 +16,33 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import make_url
-
-from relay.config import Settings, timing
-from relay.config.databases import each
+from relay.config import timing
+from relay.config.databases import Fleet
 from relay.config.urls import redact
 from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.store.dispatch_path.serverstats import ServerStats, changed
-from relay.store.engine import APPLICATION_NAME, create_engine, normalize_url
+from relay.store.engine import APPLICATION_NAME, create_engine
 from relay.threads import Background
 
 log = logging.getLogger(__name__)
 
 
-def server_of(url: Any) -> str:
-    """Where a database's connections count: ``host:port`` (SQLite: the file itself)."""
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        return f"sqlite:{url.database}"
-    return f"{url.host or 'localhost'}:{url.port or _DEFAULT_PORTS.get(backend, '')}"
+def server_watches(fleet: Fleet, on_wake: Callable[[tuple[str, ...]], None]) -> list[ServerWatch]:
+    """One :class:`ServerWatch` (not started) per PostgreSQL server of ``fleet`` that a
+    wake-up watches (``RELAY_NOTIFY`` on); none otherwise."""
+    floor = fleet.settings.poll_floor_seconds
+    return [ServerWatch(s.address, s.url, s.datnames, on_wake, floor) for s in fleet.watched]
 
 
-_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
-
-
-def database_urls(settings: Settings) -> dict[str, Any]:
-    """Each configured database's SQLAlchemy URL, by name."""
-    return {name: make_url(normalize_url(s.database_url)) for name, s in each(settings)}
-
-
-def server_watches(
-    settings: Settings, on_wake: Callable[[tuple[str, ...]], None]
-) -> list[ServerWatch]:
-    """One :class:`ServerWatch` (not started) per PostgreSQL server among the configured
-    databases, with ``RELAY_NOTIFY`` on; none otherwise."""
-    if not settings.notify:
-        return []
-    grouped = _postgresql_servers(settings)
-    return [
-        ServerWatch(
-            server,
-            dbs[0][1],
-            {str(url.database): name for name, url in dbs},
-            on_wake,
-            settings.poll_floor_seconds,
-        )
-        for server, dbs in grouped.items()
-    ]
-
-
-def stats_by_server(settings: Settings) -> list[tuple[ServerStats, dict[str, str]]]:
+def stats_by_server(fleet: Fleet) -> list[tuple[ServerStats, dict[str, str]]]:
     """A reader of the written-rows figures (:class:`ServerStats` with ``written``) for each
-    PostgreSQL server among the configured databases, each with its database names (database
-    name -> relay name); it connects when read, and is closed after each read by its caller."""
+    PostgreSQL server of ``fleet``, each with its database names (database name -> relay
+    name); it connects when read, and is closed after each read by its caller."""
     return [
-        (
-            ServerStats(_engine(urls[0][1]), [str(u.database) for _, u in urls], written=True),
-            {str(u.database): name for name, u in urls},
-        )
-        for urls in _postgresql_servers(settings).values()
+        (ServerStats(_engine(s.url), list(s.datnames), written=True), dict(s.datnames))
+        for s in fleet.postgresql
     ]
-
-
-def _postgresql_servers(settings: Settings) -> dict[str, list[tuple[str, Any]]]:
-    grouped: dict[str, list[tuple[str, Any]]] = {}
-    for name, url in database_urls(settings).items():
-        if url.get_backend_name() == "postgresql":
-            grouped.setdefault(server_of(url), []).append((name, url))
-    return grouped
 
 
 def _engine(url: Any) -> Any:

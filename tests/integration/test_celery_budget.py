@@ -12,6 +12,7 @@ import pytest
 
 from relay.celery.many_databases import Runtimes, fleet_tick
 from relay.config import Settings
+from relay.config.databases import Fleet
 from relay.wakeup.serverwatch import server_watches
 from tests.support import databases
 from tests.support.broker import Collector
@@ -46,7 +47,7 @@ def test_beat_watches_each_postgresql_server_once(
     with backend_pool.database("sqlite") as lite:
         settings = Settings(databases=f"a={pgs[0]},b={pgs[1]},lite={lite}")
         woken: list[tuple[str, ...]] = []
-        watches = server_watches(settings, woken.append)
+        watches = server_watches(Fleet.from_settings(settings), woken.append)
         assert len(watches) == 1
         assert sorted(watches[0].datnames.values()) == ["a", "b"]
         watches[0].start()
@@ -75,7 +76,7 @@ def test_the_tick_counts_within_the_budget_and_gives_the_connections_back(
         max_connections=3,
         tick_seconds=10,
     )
-    runtimes = Runtimes(settings)
+    runtimes = Runtimes(Fleet.from_settings(settings))
     sent: list[str] = []
     collector = Collector(amqp_url, exchange_name)
     try:
@@ -100,7 +101,7 @@ def test_the_tick_counts_only_the_databases_that_moved_until_their_net(pgs: list
     database that took a row is counted at the next tick and gets its task."""
     spec = ",".join(f"t{i}={u}" for i, u in enumerate(pgs))
     settings = Settings(databases=spec, max_connections=3, tick_seconds=10)
-    runtimes = Runtimes(settings)
+    runtimes = Runtimes(Fleet.from_settings(settings))
     counted: list[str] = []
     original = runtimes.plan.choose
 

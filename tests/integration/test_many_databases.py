@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from relay.celery.many_databases import Runtimes, fleet_tick
 from relay.config import Settings
+from relay.config.databases import Fleet
 from relay.store.engine import create_engine
 from tests.support import databases
 from tests.support.broker import Collector
@@ -122,7 +123,7 @@ def test_the_fleet_tick_shares_the_fanout_by_backlog_and_survives_a_database_dow
         exchange=exchange_name,
         max_fanout=8,
     )
-    runtimes = Runtimes(settings)
+    runtimes = Runtimes(Fleet.from_settings(settings))
     sent: list[str] = []
     try:
         shares = fleet_tick(settings, runtimes, sent.append)

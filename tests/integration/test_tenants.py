@@ -14,6 +14,7 @@ from sqlalchemy.pool import NullPool
 
 from relay.commands.doctor import budget as doctor_budget
 from relay.config import Settings
+from relay.config.databases import Fleet
 from relay.runners.many import workers
 from relay.store.dispatch_path.serverstats import ServerStats, changed
 from relay.store.engine import create_engine
@@ -123,7 +124,7 @@ def test_the_loop_stays_within_a_small_budget(
         databases=spec, broker_url=amqp_url, exchange=exchange_name, max_connections=3
     )
     collector = Collector(amqp_url, exchange_name)
-    relay = workers.ManyDatabases(settings)
+    relay = workers.ManyDatabases(Fleet.from_settings(settings))
     assert relay.workers == 2
     runner = threading.Thread(target=relay.run, daemon=True)
     admin = create_engine(databases.services.PG_ADMIN_URL, poolclass=NullPool)

@@ -10,10 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from relay.config import Settings
+from relay.config.databases import Fleet, server_of
 from relay.exceptions import ConfigError
 from relay.runners.many.schedule import POLLED_LOOKS_PER_SECOND, polled_ceiling
 from relay.runners.many.workers import ManyDatabases
-from relay.wakeup.serverwatch import server_of
 
 
 def _sqlite(tmp_path: Path, n: int) -> str:
@@ -27,14 +27,19 @@ def test_a_budget_the_wake_ups_would_use_up_is_refused_at_start() -> None:
         databases="a=postgresql://relay@db1/a,b=postgresql://relay@db2/b", max_connections=2
     )
     with pytest.raises(ConfigError, match="RELAY_MAX_CONNECTIONS=2 leaves no connection"):
-        ManyDatabases(settings)
+        ManyDatabases(Fleet.from_settings(settings))
 
 
 def test_workers_are_the_connections_left_after_the_wake_ups(tmp_path: Path) -> None:
     """No PostgreSQL server to watch: every connection of the budget relays, one worker each,
     never more workers than databases."""
-    assert ManyDatabases(Settings(databases=_sqlite(tmp_path, 20), max_connections=4)).workers == 4
-    assert ManyDatabases(Settings(databases=_sqlite(tmp_path, 3))).workers == 3
+    assert (
+        ManyDatabases(
+            Fleet.from_settings(Settings(databases=_sqlite(tmp_path, 20), max_connections=4))
+        ).workers
+        == 4
+    )
+    assert ManyDatabases(Fleet.from_settings(Settings(databases=_sqlite(tmp_path, 3)))).workers == 3
 
 
 @pytest.mark.parametrize(("polled", "expected"), [(1, 0.2), (10, 0.2), (100, 2.0), (500, 10.0)])
@@ -48,7 +53,9 @@ def test_polled_databases_share_their_looks(polled: int, expected: float) -> Non
 def test_liveness_fails_while_a_unit_runs_longer_than_a_lease(tmp_path: Path) -> None:
     """The heartbeat is not touched while a worker's unit has run for more than a lease:
     every call in it has a shorter deadline, so it hangs."""
-    tenants = ManyDatabases(Settings(databases=_sqlite(tmp_path, 2), lease_seconds=3))
+    tenants = ManyDatabases(
+        Fleet.from_settings(Settings(databases=_sqlite(tmp_path, 2), lease_seconds=3))
+    )
     assert not tenants.hung()
     tenants._started["t0"] = time.monotonic() - 1
     assert not tenants.hung()

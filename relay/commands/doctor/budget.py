@@ -29,8 +29,8 @@ def checks(settings: Settings) -> list[Check]:
         total, per_server = budget(settings)
     except ConfigError as exc:
         return [Check("connection budget", FAIL, str(exc), "correct the variable named")]
+    from relay.config.databases import server_of
     from relay.store.engine import normalize_url
-    from relay.wakeup.serverwatch import server_of
 
     servers: dict[str, list[tuple[str, sa.URL]]] = defaultdict(list)
     for name, s in each(settings):

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from relay.config import Settings
 from relay.config.database_list import forget_files
-from relay.config.databases import budget, each
+from relay.config.databases import Fleet, Member
 from relay.exceptions import ConfigError
-from relay.runners.many.schedule import Schedule, polled_ceiling
-from relay.wakeup.serverwatch import ServerWatch, database_urls, server_of, server_watches
+from relay.runners.many.schedule import Schedule
+from relay.wakeup.serverwatch import ServerWatch, server_watches
 
 if TYPE_CHECKING:
     from relay.runners.many.workers import Served
@@ -35,6 +35,7 @@ class Reloadable(Protocol):
     calls it)."""
 
     settings: Settings
+    fleet: Fleet
     databases: dict[str, Served]
     schedule: Schedule
     watches: list[ServerWatch]
@@ -44,7 +45,7 @@ class Reloadable(Protocol):
 
     def start_workers(self, count: int) -> None: ...
 
-    def serve(self, name: str, settings: Settings) -> Served: ...
+    def serve(self, member: Member, purge_at: float) -> Served: ...
 
 
 def apply(t: Reloadable) -> int | None:
@@ -53,21 +54,23 @@ def apply(t: Reloadable) -> int | None:
     from new units meanwhile)."""
     forget_files()
     try:
-        fresh = dict(each(t.settings))
+        fresh = Fleet.from_settings(t.settings)
     except ConfigError as exc:
         log.error("relay reload refused, the %d databases stay: %s", len(t.databases), exc)
         return 0
+    members = {m.name: m for m in fresh.members}
     gone = [
         name
         for name, db in t.databases.items()
-        if name not in fresh or fresh[name].database_url != db.runtime.settings.database_url
+        if name not in members
+        or members[name].settings.database_url != db.runtime.settings.database_url
     ]
     busy = [name for name in gone if t.schedule.entries[name].running]
     if busy:
         for name in gone:
             t.schedule.entries[name].due_at = math.inf
         return None
-    added = [name for name in fresh if name not in t.databases or name in gone]
+    added = [m for m in fresh.members if m.name not in t.databases or m.name in gone]
     if not gone and not added:
         log.info("relay reload: RELAY_DATABASES unchanged (%d databases)", len(t.databases))
         return 0
@@ -75,22 +78,12 @@ def apply(t: Reloadable) -> int | None:
         _drop(t, name)
     for w in t.watches:
         w.stop()
-    t.watches = server_watches(t.settings, t.wake)
-    watched = {name for w in t.watches for name in w.datnames.values()}
-    servers = {name: server_of(url) for name, url in database_urls(t.settings).items()}
-    total, per_server = budget(t.settings)
-    t.schedule.slots = max(1, total - len(t.watches))
-    t.schedule.per_server = max(1, per_server - (1 if t.watches else 0))
-    polled = len(fresh) - len(watched)
+    t.fleet = fresh
+    t.watches = server_watches(fresh, t.wake)
     now = time.monotonic()
-    for name in added:
-        s = fresh[name]
-        t.databases[name] = db = t.serve(name, s)
-        db.runtime.purge_at = now + s.purge_interval_seconds
-        ceiling = s.tick_seconds if name in watched else polled_ceiling(s.idle_poll_seconds, polled)
-        t.schedule.add(
-            name, servers[name], s.poll_floor_seconds, ceiling, now, watched=name in watched
-        )
+    t.schedule.refit(fresh, added, now)
+    for m in added:
+        t.databases[m.name] = t.serve(m, now + m.settings.purge_interval_seconds)
     for w in t.watches:
         w.start()
     more = max(0, min(t.schedule.slots, len(t.databases)) - len(t.threads))
@@ -98,7 +91,7 @@ def apply(t: Reloadable) -> int | None:
     log.info(
         "relay reloaded RELAY_DATABASES: %d databases; added %s; dropped %s",
         len(t.databases),
-        ", ".join(added) or "none",
+        ", ".join(m.name for m in added) or "none",
         ", ".join(gone) or "none",
     )
     return more

@@ -19,8 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from relay.exceptions import ConfigError
 from relay.wakeup.polling import IdlePoll
+
+if TYPE_CHECKING:
+    from relay.config.databases import Fleet, Member
 
 #: A watched database (PostgreSQL, whose server's statistics tell which databases took rows)
 #: that claimed rows this recently is still looked at every :data:`WARM_POLL_SECONDS` at most:
@@ -109,6 +114,42 @@ class Schedule:
     per_server: int
     entries: dict[str, Entry] = field(default_factory=dict)
 
+    @classmethod
+    def for_fleet(cls, fleet: Fleet, now: float, *, watching: bool) -> Schedule:
+        """``fleet``'s databases, each due at once, within its connection budget; with
+        ``watching``, each watched PostgreSQL server's wake-up takes a connection of the budget
+        and of its server's share. A budget the wake-ups use up is refused."""
+        watches = len(fleet.watched) if watching else 0
+        slots, per_server = _shares(fleet.budget, watches)
+        if slots < 1 or (per_server < 1 and watches):
+            raise ConfigError(
+                f"RELAY_MAX_CONNECTIONS={fleet.budget[0]} leaves no connection to dispatch "
+                f"with: the wake-up takes one per PostgreSQL server ({watches}); allow at "
+                f"least {watches + 1}, or set RELAY_NOTIFY=0"
+            )
+        schedule = cls(slots, per_server)
+        schedule.enlist(fleet, fleet.members, now, watching=watching)
+        return schedule
+
+    def refit(self, fleet: Fleet, added: Iterable[Member], now: float) -> None:
+        """``fleet`` read again (a reload, its wake-ups watching): the budget's shares counted
+        again (one connection at least, where :meth:`for_fleet` refused), ``added`` due at once."""
+        slots, per_server = _shares(fleet.budget, len(fleet.watched))
+        self.slots, self.per_server = max(1, slots), max(1, per_server)
+        self.enlist(fleet, added, now, watching=True)
+
+    def enlist(
+        self, fleet: Fleet, members: Iterable[Member], now: float, *, watching: bool
+    ) -> None:
+        """:meth:`add` ``members`` of ``fleet``: a watched one (``watching``) polled up to its
+        tick, the others up to :func:`polled_ceiling` among all those nothing watches."""
+        watched = fleet.watched_names if watching else frozenset()
+        polled = len(fleet.members) - len(watched)
+        for m in members:
+            s, w = m.settings, m.name in watched
+            ceiling = s.tick_seconds if w else polled_ceiling(s.idle_poll_seconds, polled)
+            self.add(m.name, m.server, s.poll_floor_seconds, ceiling, now, watched=w)
+
     def add(
         self,
         name: str,
@@ -177,6 +218,24 @@ class Schedule:
         ]
         return min(parked, key=lambda t: t.parked_at, default=None)
 
+    def hand_out(self, now: float, workers: int) -> list[tuple[Entry, Entry | None]]:
+        """Start units for the databases due, in :meth:`ready`'s order, on at most ``workers``
+        idle workers and within the budget: each with the parked database whose slot it takes
+        (close that one's connection first), or None."""
+        handed: list[tuple[Entry, Entry | None]] = []
+        for entry in self.ready(now):
+            if len(handed) >= workers:
+                break
+            slot = self.evictable(entry)
+            if slot is None:
+                continue  # waiting for a connection
+            evicted = slot if isinstance(slot, Entry) else None
+            if evicted is not None:
+                self.release(evicted)
+            self.start(entry)
+            handed.append((entry, evicted))
+        return handed
+
     def start(self, entry: Entry) -> None:
         """A worker runs a unit for ``entry``, on a connection it holds; a database back from
         a quiet spell starts level with the least-served running one (it banked no credit)."""
@@ -193,7 +252,14 @@ class Schedule:
     # -- after a unit -----------------------------------------------------------------------
     def finish(self, entry: Entry, unit: Unit, started: float, now: float) -> bool:
         """Charge ``entry`` for the unit it ran from ``started`` to ``now`` and set when it is
-        due again; returns whether it should keep its connection (it has work left)."""
+        due again; returns whether it keeps its connection (it has work left); when not, its
+        slot is free from now on (close the connection)."""
+        keep = self._finish(entry, unit, started, now)
+        if not keep:
+            self.release(entry)
+        return keep
+
+    def _finish(self, entry: Entry, unit: Unit, started: float, now: float) -> bool:
         entry.running = False
         entry.served += max(0.0, now - started)
         if unit.claimed:
@@ -239,14 +305,22 @@ class Schedule:
 
     def failed(self, entry: Entry, rest: float, now: float) -> None:
         """The unit failed (the database unreachable): due again after ``rest``, no
-        connection kept."""
+        connection kept (close it)."""
         entry.running = False
         entry.polling = False
         entry.due_at = now + rest
+        self.release(entry)
 
     def waiting(self, now: float) -> int:
         """Databases due but not running: waiting for a worker or a connection."""
         return len(self.ready(now))
+
+
+def _shares(budget: tuple[int, int], watches: int) -> tuple[int, int]:
+    """The connections left to relay with, in all and to one server, when ``watches``
+    wake-ups (one per watched server) take theirs out of ``budget`` (in all, to one server)."""
+    total, per_server = budget
+    return total - watches, per_server - (1 if watches else 0)
 
 
 __all__ = [

@@ -31,18 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from relay.config import Settings, timing
-from relay.config.databases import budget, each
+from relay.config.databases import Fleet, Member
 from relay.dispatch import runtime as runtimes
 from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.dispatch.runtime import Runtime
 from relay.dispatch.stopping import StopGuard
-from relay.exceptions import ConfigError, RelayError, StoreError
+from relay.exceptions import RelayError, StoreError
 from relay.observe import heartbeat
 from relay.policy import Backoff
 from relay.publishers import Publisher
-from relay.runners.many.schedule import Entry, Schedule, Unit, polled_ceiling
+from relay.runners.many.schedule import Schedule, Unit
 from relay.runners.process import dump_stacks_on
-from relay.wakeup.serverwatch import database_urls, server_of, server_watches
+from relay.wakeup.serverwatch import server_watches
 
 log = logging.getLogger("relay")
 
@@ -86,39 +86,22 @@ class Done:
 class ManyDatabases:
     """The scheduler, its workers and its wake-ups; :func:`run` drives it."""
 
-    def __init__(self, settings: Settings, *, once: bool = False) -> None:
-        self.settings, self.once = settings, once
-        self.observer = runtimes.observer(settings)
-        self.databases = {name: self.serve(name, s) for name, s in each(settings)}
-        self.watches = [] if once else server_watches(settings, self.wake)
-        watched = {name for w in self.watches for name in w.datnames.values()}
-        servers = {name: server_of(url) for name, url in database_urls(settings).items()}
-        total, per_server = budget(settings)
-        slots = total - len(self.watches)
-        if slots < 1 or (per_server - 1 < 1 and self.watches):
-            raise ConfigError(
-                f"RELAY_MAX_CONNECTIONS={total} leaves no connection to dispatch with: the "
-                f"wake-up takes one per PostgreSQL server ({len(self.watches)}); allow at "
-                f"least {len(self.watches) + 1}, or set RELAY_NOTIFY=0"
-            )
-        # A watched server's own slot comes out of its share too.
-        self.schedule = Schedule(slots, per_server - (1 if self.watches else 0))
+    def __init__(self, fleet: Fleet, *, once: bool = False) -> None:
+        self.fleet, self.once = fleet, once
+        self.settings = fleet.settings
         now = time.monotonic()
-        polled = len(self.databases) - len(watched)
-        for i, (name, db) in enumerate(self.databases.items()):
-            s = db.runtime.settings
-            # The first purges spread over a minute, not all at the first idle moment.
-            spread = min(s.purge_interval_seconds, FIRST_PURGES_SECONDS)
-            db.runtime.purge_at = now + spread * i / len(self.databases)
-            self.schedule.add(
-                name,
-                servers[name],
-                s.poll_floor_seconds,
-                s.tick_seconds if name in watched else polled_ceiling(s.idle_poll_seconds, polled),
-                now,
-                watched=name in watched,
-            )
-        self.workers = min(slots, len(self.databases))
+        self.schedule = Schedule.for_fleet(fleet, now, watching=not once)
+        self.workers = min(self.schedule.slots, len(fleet.members))
+        self.observer = runtimes.observer(self.settings)
+        # The first purges spread over a minute, not all at the first idle moment.
+        spread = [
+            min(m.settings.purge_interval_seconds, FIRST_PURGES_SECONDS) for m in fleet.members
+        ]
+        self.databases = {
+            m.name: self.serve(m, now + spread[i] * i / len(fleet.members))
+            for i, m in enumerate(fleet.members)
+        }
+        self.watches = [] if once else server_watches(fleet, self.wake)
         self.stop = threading.Event()
         #: SIGHUP: read ``RELAY_DATABASES=@PATH`` again (:mod:`relay.runners.many.reload`).
         self.reload_requested = threading.Event()
@@ -131,10 +114,12 @@ class ManyDatabases:
         #: Units of work run, and the seconds they took in all (logged at the end).
         self.units, self.unit_seconds = 0, 0.0
 
-    def serve(self, name: str, settings: Settings) -> Served:
+    def serve(self, member: Member, purge_at: float) -> Served:
         """A database to serve: its runtime on one connection, which the budget counts as one
-        slot, sharing this process's observer."""
-        return Served(Runtime(name, settings, observer=self.observer, one_connection=True))
+        slot, sharing this process's observer; its first purge share due at ``purge_at``."""
+        runtime = Runtime(member.name, member.settings, observer=self.observer, one_connection=True)
+        runtime.purge_at = purge_at
+        return Served(runtime)
 
     # -- wake-ups ---------------------------------------------------------------------------
     def wake(self, names: tuple[str, ...]) -> None:
@@ -239,40 +224,27 @@ class ManyDatabases:
             if item.unit is None:  # the unit failed
                 rest = BROKEN_REST_SECONDS if db.failed else db.backoff.next()
                 self.schedule.failed(entry, rest, now)
-                self._close(entry)
+                db.runtime.release()
                 if self.once:
                     self.failures.append(item.name)
                     remaining.discard(item.name)
                 continue
             db.backoff.reset()
-            keep = self.schedule.finish(entry, item.unit, item.started, now)
-            if not keep:
-                self._close(entry)
+            if not self.schedule.finish(entry, item.unit, item.started, now):
+                db.runtime.release()
             if self.once and item.unit.drained and not item.unit.claimed:
                 remaining.discard(item.name)
                 entry.due_at = float("inf")
 
     def _dispatch(self, idle: int) -> int:
         """Hand due databases to idle workers, within the budget; returns how many."""
-        handed = 0
-        for entry in self.schedule.ready(time.monotonic()):
-            if handed >= idle:
-                break
-            slot = self.schedule.evictable(entry)
-            if slot is None:
-                continue  # waiting for a connection
-            if isinstance(slot, Entry):
-                self._close(slot)
-            self.schedule.start(entry)
+        handed = self.schedule.hand_out(time.monotonic(), idle)
+        for entry, evicted in handed:
+            if evicted is not None:
+                self.databases[evicted.name].runtime.release()
             self._started[entry.name] = time.monotonic()
             self._jobs.put(entry.name)
-            handed += 1
-        return handed
-
-    def _close(self, entry: Entry) -> None:
-        if entry.holding:
-            self.databases[entry.name].runtime.release()
-            self.schedule.release(entry)
+        return len(handed)
 
     def _work(self) -> None:
         publisher = runtimes.publisher(self.settings, self.observer)
@@ -328,7 +300,7 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     """Every configured database relayed by this one process until all drained (``once``) or
     SIGTERM/SIGINT. Raises ``SystemExit(1)`` in ``once`` mode when a database failed."""
     dump_stacks_on(signal.SIGUSR1)
-    many = ManyDatabases(settings, once=once)
+    many = ManyDatabases(Fleet.from_settings(settings), once=once)
     log.info(
         "relay starting over %d databases in one process, %d connections at most "
         "(%d workers, %d wake-up connections): %s",
