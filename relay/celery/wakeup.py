@@ -133,13 +133,14 @@ def watch_in_beat(app: Celery, fleet: Fleet) -> Callable[..., None]:
     def start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is not app:
             return
-        from relay.config.database_list import DEFAULT_NAME
         from relay.dispatch.runtime import Runtime
 
-        s = fleet.settings
         if not fleet.several:
+            # The one database: RELAY_DATABASE_URL's, or the only entry of RELAY_DATABASES.
+            only = fleet.members[0]
+            s = only.settings
             waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
-            Runtime(DEFAULT_NAME, s).watcher(waker)
+            Runtime(only.name, s).watcher(waker)
             return
         # One watcher per PostgreSQL *server* (not per database), waking each database's own
         # drain; a queued task of another database drains nothing of this one, so no

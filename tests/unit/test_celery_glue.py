@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -98,3 +99,21 @@ def test_task_names_stay_the_wire_contract() -> None:
         "relay.purge_sent",
         "relay.purge_inbox",
     )
+
+
+def test_beat_watches_the_only_database_of_a_one_entry_list(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``RELAY_DATABASES`` naming one database: beat's watcher looks at that database, not at
+    ``RELAY_DATABASE_URL``'s embedded default (it did, before the fleet was read at the door)."""
+    from relay.celery.wakeup import watch_in_beat
+    from relay.config.databases import Fleet
+    from relay.dispatch.runtime import Runtime
+
+    watched: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        Runtime, "watcher", lambda rt, _: watched.append((rt.name, rt.settings.database_url))
+    )
+    url = f"sqlite:///{tmp_path / 'orders.sqlite3'}"
+    watch_in_beat(Celery("one"), Fleet.from_settings(Settings(databases=f"orders={url}")))()
+    assert watched == [("orders", url)]
