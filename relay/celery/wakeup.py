@@ -126,7 +126,7 @@ def watch_in_beat(app: Celery, fleet: Fleet) -> Callable[..., None]:
     :class:`relay.wakeup.watcher.SequenceWatcher` (on ``RELAY_LISTEN_URL`` when set); elsewhere,
     or when it cannot read the outbox id sequence, a :class:`relay.wakeup.watcher.Poller` looks
     for claimable rows adaptively, floor to tick. Over several databases, one
-    :class:`relay.wakeup.serverwatch.ServerWatch` per PostgreSQL server (one connection each)
+    :class:`relay.wakeup.serverwatch.ServerWatcher` per PostgreSQL server (one connection each)
     wakes the databases that took rows. A second beat by mistake watches too: its wake-ups are
     as harmless as its ticks."""
 

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from relay.config import Settings
-from relay.config.databases import each, pick, several
+from relay.config.databases import each, pick, several_databases
 from relay.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def run(
     if scope == "all":  # one process serving every database unless --source names one
         return int(handler(settings if source is None else pick(settings, source)[1], args) or 0)
     chosen = [pick(settings, source)] if source is not None else list(each(settings))
-    if not several(settings) or source is not None:
+    if not several_databases(settings) or source is not None:
         return int(handler(chosen[0][1], args) or 0)
     if getattr(args, "json", False):
         return _as_one_document(handler, chosen, args)

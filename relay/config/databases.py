@@ -42,7 +42,7 @@ def names(settings: Settings) -> tuple[str, ...]:
     return tuple(d.name for d in configured(settings))
 
 
-def several(settings: Settings) -> bool:
+def several_databases(settings: Settings) -> bool:
     """Whether the fleet drains more than one database."""
     return settings.databases is not None and len(configured(settings)) > 1
 

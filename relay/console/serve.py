@@ -10,7 +10,7 @@ import re
 from urllib.parse import quote
 
 from relay.config import Settings
-from relay.config.databases import each, several
+from relay.config.databases import each, several_databases
 from relay.console.auth import new_token
 from relay.store.engine import create_engine
 
@@ -39,9 +39,9 @@ def serve(settings: Settings, host: str, port: int) -> int:
     if made_up:
         settings = dataclasses.replace(settings, console_token=new_token())
     shown = f"[{host}]" if ":" in host else host
-    databases = each(settings) if several(settings) else (("", settings),)
+    databases = each(settings) if several_databases(settings) else (("", settings),)
     # Several databases: a console each at /<name>/; the link signs in to the first.
-    first = f"{databases[0][0]}/" if several(settings) else ""
+    first = f"{databases[0][0]}/" if several_databases(settings) else ""
     base = f"http://{shown}:{port}/{first}"
     code = new_token() if made_up else None
     if code:
@@ -57,7 +57,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
     try:
         served = (
             console.several(engines, signin_code=code)
-            if several(settings)
+            if several_databases(settings)
             else console.app(*engines[""], signin_code=code)
         )
         uvicorn.run(served, host=host, port=port, log_level="info")

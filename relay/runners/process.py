@@ -44,11 +44,11 @@ def serve_worker_metrics(settings: Settings) -> None:
         return
     from sqlalchemy.pool import NullPool
 
-    from relay.config.databases import each, several
+    from relay.config.databases import each, several_databases
     from relay.observe import metrics
     from relay.store.operations.store import OperationsStore
 
-    if several(settings):  # one endpoint per worker: every database's gauges, by source
+    if several_databases(settings):  # one endpoint per worker: every database's gauges, by source
         stores: Any = {
             name: OperationsStore.from_url(s.database_url, poolclass=NullPool)
             for name, s in each(settings)

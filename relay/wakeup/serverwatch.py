@@ -28,11 +28,11 @@ from relay.threads import Background
 log = logging.getLogger(__name__)
 
 
-def server_watches(fleet: Fleet, on_wake: Callable[[tuple[str, ...]], None]) -> list[ServerWatch]:
-    """One :class:`ServerWatch` (not started) per PostgreSQL server of ``fleet`` that a
+def server_watches(fleet: Fleet, on_wake: Callable[[tuple[str, ...]], None]) -> list[ServerWatcher]:
+    """One :class:`ServerWatcher` (not started) per PostgreSQL server of ``fleet`` that a
     wake-up watches (``RELAY_NOTIFY`` on); none otherwise."""
     floor = fleet.settings.poll_floor_seconds
-    return [ServerWatch(s.address, s.url, s.datnames, on_wake, floor) for s in fleet.watched]
+    return [ServerWatcher(s.address, s.url, s.datnames, on_wake, floor) for s in fleet.watched]
 
 
 def stats_by_server(fleet: Fleet) -> list[tuple[ServerStats, dict[str, str]]]:
@@ -55,7 +55,7 @@ def _engine(url: Any) -> Any:
     )
 
 
-class ServerWatch(Background):
+class ServerWatcher(Background):
     """Watches one server's databases (``datnames``: database name -> relay name) in a daemon
     thread, calling ``on_wake`` with the relay names of those that inserted rows, or with
     ``()`` when it cannot tell (it lost the server)."""

@@ -18,7 +18,7 @@ from relay.config.databases import Fleet
 from relay.runners.many import workers
 from relay.store.dispatch_path.serverstats import ServerStats, changed
 from relay.store.engine import create_engine
-from relay.wakeup.serverwatch import ServerWatch
+from relay.wakeup.serverwatch import ServerWatcher
 from tests.support import databases
 from tests.support.broker import Collector
 from tests.support.env import wait_until
@@ -71,7 +71,7 @@ def test_the_server_watch_wakes_the_database_that_took_rows(pgs: list[str]) -> N
     a, b = pgs[:2]
     woken: list[tuple[str, ...]] = []
     url = sa.make_url(a)
-    watch = ServerWatch("server", url, {_datname(a): "alpha", _datname(b): "beta"}, woken.append)
+    watch = ServerWatcher("server", url, {_datname(a): "alpha", _datname(b): "beta"}, woken.append)
     watch.start()
     try:
         wait_until(lambda: woken, 10, "the first look")

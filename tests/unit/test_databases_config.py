@@ -16,7 +16,7 @@ from relay.config.databases import (
     names,
     parse,
     pick,
-    several,
+    several_databases,
 )
 from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import ConfigError
@@ -88,7 +88,7 @@ def test_one_database_url_is_one_database_named_default() -> None:
     """Without RELAY_DATABASES nothing changes: the one database, named "default"."""
     s = Settings.from_env({"RELAY_DATABASE_URL": PG})
     assert each(s) == ((DEFAULT_NAME, s),)
-    assert not several(s)
+    assert not several_databases(s)
     assert pick(s, None) == (DEFAULT_NAME, s)
 
 

@@ -22,7 +22,7 @@ from relay.config.database_list import forget_files
 from relay.config.databases import Fleet, Member
 from relay.exceptions import ConfigError
 from relay.runners.many.schedule import Schedule
-from relay.wakeup.serverwatch import ServerWatch, server_watches
+from relay.wakeup.serverwatch import ServerWatcher, server_watches
 
 if TYPE_CHECKING:
     from relay.runners.many.workers import Served
@@ -38,7 +38,7 @@ class Reloadable(Protocol):
     fleet: Fleet
     databases: dict[str, Served]
     schedule: Schedule
-    watches: list[ServerWatch]
+    watches: list[ServerWatcher]
     threads: list[threading.Thread]
 
     def wake(self, names: tuple[str, ...]) -> None: ...

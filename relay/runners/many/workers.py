@@ -9,7 +9,7 @@ between its units; an idle database holds none. :class:`relay.runners.many.sched
 (pure) decides which database runs next (the least served, so a million-row backlog cannot
 starve a quiet database), when an idle one is looked at again, and whose parked connection is
 closed when another needs the slot. Wake-ups cost one connection per PostgreSQL *server*
-(:class:`ServerWatch`, reading which databases inserted rows), not one per database.
+(:class:`ServerWatcher`, reading which databases inserted rows), not one per database.
 
 Why this answers what :mod:`relay.runners.supervisor` measured: a turn-taking loop made a quiet
 database wait for the busy one's whole drain (seconds) and a database that was down stalled
