@@ -24,3 +24,13 @@ def redact(text: str) -> str:
     keyword naming a password, passphrase, secret, token or key) by ``***``."""
     text = _USERINFO.sub(lambda m: f"{m['scheme'] or ''}{m['user']}:***@", text)
     return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", text)
+
+
+def first_line_redacted(exc: BaseException) -> str:
+    """``Class: first line`` of what ``exc`` says, or of the driver's error it wraps (an
+    SQLAlchemy error's ``orig``), with its passwords redacted: a driver's message can run to
+    many lines (a statement, a hint) and name the URL it failed on."""
+    orig = getattr(exc, "orig", None)
+    cause = orig if orig is not None else exc
+    lines = str(cause).strip().splitlines()
+    return redact(f"{type(cause).__name__}: {lines[0] if lines else ''}")

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
 from relay.config import timing
-from relay.config.urls import redact
+from relay.config.urls import first_line_redacted, redact
 from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
 from relay.store import faults, watchdog
 
@@ -162,14 +162,8 @@ def ping(engine: Engine) -> None:
             conn.execute(sa.text("SELECT 1"))
     except sa_exc.SQLAlchemyError as exc:
         if faults.is_unavailable(exc):
-            raise DatabaseUnavailable(f"database unreachable: {_first_line(exc)}") from exc
-        raise StoreError(f"database error: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: sa_exc.SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return redact(f"{type(orig or exc).__name__}: {text[0] if text else ''}")
+            raise DatabaseUnavailable(f"database unreachable: {first_line_redacted(exc)}") from exc
+        raise StoreError(f"database error: {first_line_redacted(exc)}") from exc
 
 
 def json_loads(data: str | bytes) -> Any:
