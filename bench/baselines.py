@@ -33,13 +33,13 @@ import sqlalchemy as sa
 from bench import procs, rows, services
 from bench.timing import Workload, grid, measure, summarize
 from relay.config import Settings
+from relay.config.urls import normalize_url
 from relay.dispatch.dispatcher import make_worker_id
 from relay.publishers import message
 from relay.publishers.kombu_connection import kombu_message
 from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
 from relay.store.dispatch_path.store import DispatchStore
-from relay.store.engine import normalize_url
 
 
 class _Confirms:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from relay.commands import command
 from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import DATABASE_ONLY
@@ -43,19 +44,15 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _purge(settings: Settings, args: argparse.Namespace) -> int:
-    from relay.consume import inbox
-    from relay.store.engine import create_engine
-
-    engine, deleted = create_engine(settings.database_url), 0
+    store, deleted = command.store(settings), 0
     try:
         while True:
-            with engine.begin() as conn:
-                n = inbox.purge(conn, args.older_than, batch_size=args.batch_size)
+            n = store.purge_inbox(args.older_than, args.batch_size)
             deleted += n
             if n < args.batch_size:
                 break
     finally:
-        engine.dispose()
+        store.dispose()
     print(f"{deleted} inbox rows deleted")
     return 0
 

@@ -25,15 +25,15 @@ from relay.observe.heartbeat import live
 def ready(settings: Settings) -> tuple[bool, str]:
     """(healthy, why): the database and the events broker are reachable."""
     from relay.commands.doctor import reach
-    from relay.store.engine import create_engine
+    from relay.store.operations.health import HealthStore
 
-    engine = create_engine(settings.database_url)
+    store = HealthStore.from_url(settings.database_url)
     try:
-        reach.database(engine)
+        reach.database(store)
     except StoreError as exc:
         return False, str(exc)
     finally:
-        engine.dispose()
+        store.dispose()
     try:
         with reach.broker(settings):
             pass

@@ -39,3 +39,13 @@ def normalize_url(url: str) -> str:
     """Give driverless URLs the drivers this package installs (psycopg 3, PyMySQL)."""
     scheme, sep, rest = url.partition("://")
     return f"{_DEFAULT_DRIVERS.get(scheme, scheme)}{sep}{rest}"
+
+
+def first_line_redacted(exc: BaseException) -> str:
+    """``Class: first line`` of what ``exc`` says, or of the driver's error it wraps (an
+    SQLAlchemy error's ``orig``), with its passwords redacted: a driver's message can run to
+    many lines (a statement, a hint) and name the URL it failed on."""
+    orig = getattr(exc, "orig", None)
+    cause = orig if orig is not None else exc
+    lines = str(cause).strip().splitlines()
+    return redact(f"{type(cause).__name__}: {lines[0] if lines else ''}")

@@ -28,12 +28,13 @@ from sqlalchemy.engine import make_url
 
 from relay import publishers
 from relay.config import Settings, timing
+from relay.config.urls import normalize_url
 from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import RelayError
 from relay.observe.observers import Observer, Observers
 from relay.publishers import Publisher
 from relay.store.dispatch_path.store import DispatchStore, dispatch_engine_kwargs
-from relay.store.engine import APPLICATION_NAME, normalize_url
+from relay.store.engine import APPLICATION_NAME
 
 if TYPE_CHECKING:
     from relay.retention.purger import PurgeLoop, Purger

@@ -8,7 +8,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from relay.store.engine import create_engine, normalize_url
+from relay.config.urls import normalize_url
+from relay.store.engine import create_engine
 from relay.store.schema.tables import TABLES, applies_to, metadata
 
 VERSION_TABLE = "relay_alembic_version"

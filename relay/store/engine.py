@@ -16,16 +16,15 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy import exc as sa_exc
 
 from relay.config import timing
-from relay.config.urls import normalize_url as normalize_url
-from relay.config.urls import redact
+from relay.config.urls import first_line_redacted, normalize_url, redact
 from relay.exceptions import ConfigError, DatabaseUnavailable, StoreError
 from relay.store import faults, watchdog
 
-#: Drivers an extra of this package installs, by module: named when the import fails.
 #: PostgreSQL's ``application_name`` of the relay's connections (its dispatchers' and its
 #: wake-ups', unless the URL names them itself): what ``relay doctor`` counts on each server.
 APPLICATION_NAME = "relay"
 
+#: Drivers an extra of this package installs, by module: named when the import fails.
 _EXTRAS = {"pymysql": " (pip install 'celery-outbox-relay[mysql]')"}
 
 
@@ -149,14 +148,8 @@ def ping(engine: Engine) -> None:
             conn.execute(sa.text("SELECT 1"))
     except sa_exc.SQLAlchemyError as exc:
         if faults.is_unavailable(exc):
-            raise DatabaseUnavailable(f"database unreachable: {_first_line(exc)}") from exc
-        raise StoreError(f"database error: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: sa_exc.SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return redact(f"{type(orig or exc).__name__}: {text[0] if text else ''}")
+            raise DatabaseUnavailable(f"database unreachable: {first_line_redacted(exc)}") from exc
+        raise StoreError(f"database error: {first_line_redacted(exc)}") from exc
 
 
 def json_loads(data: str | bytes) -> Any:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from relay.config.urls import redact
+from relay.config.urls import first_line_redacted
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.store import dialects, faults, watchdog
 from relay.store.engine import create_engine
@@ -65,11 +65,5 @@ def translate_errors() -> Iterator[None]:
         yield
     except sa_exc.SQLAlchemyError as exc:
         if faults.is_unavailable(exc):
-            raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
-        raise StoreError(f"database error: {_describe(exc)}") from exc
-
-
-def _describe(exc: sa_exc.SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return redact(f"{type(orig or exc).__name__}: {text[0] if text else ''}")
+            raise DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}") from exc
+        raise StoreError(f"database error: {first_line_redacted(exc)}") from exc

@@ -29,12 +29,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from relay.config import timing
-from relay.config.urls import redact
+from relay.config.urls import normalize_url, redact
 from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.store.dispatch_path.sequence import SequenceReader
 from relay.store.dispatch_path.store import DispatchStore
-from relay.store.engine import normalize_url
 from relay.threads import Background
 from relay.wakeup.polling import IdlePoll, SequenceWatch
 

@@ -9,6 +9,7 @@ from relay.commands.doctor import reach
 from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, ConfigError, DatabaseUnavailable
 from relay.store.engine import create_engine
+from relay.store.operations.health import HealthStore
 
 #: Nothing listens there: the connection is refused at once.
 DEAD_BROKER = "amqp://guest:guest@127.0.0.1:9//"
@@ -41,7 +42,7 @@ def test_a_refused_database_is_database_unavailable() -> None:
     engine = create_engine(DEAD_DATABASE)
     try:
         with pytest.raises(DatabaseUnavailable, match=r"^database unreachable: "):
-            reach.database(engine)
+            reach.database(HealthStore(engine))
     finally:
         engine.dispose()
 
@@ -50,7 +51,7 @@ def test_a_live_database_answers(db_url: str) -> None:
     """A reachable database passes the check (returns, raises nothing)."""
     engine = create_engine(db_url)
     try:
-        assert reach.database(engine) is None
+        assert reach.database(HealthStore(engine)) is None
     finally:
         engine.dispose()
 

@@ -18,6 +18,7 @@ from relay.commands.doctor import tls as doctor_tls
 from relay.commands.doctor.verdicts import PASS, WARN
 from relay.exceptions import StoreError
 from relay.store.engine import create_engine, ping
+from relay.store.operations.health import HealthStore
 from tests.support.pgserver import PgServer, throwaway_server
 from tests.support.tlsfront import Pki
 
@@ -86,7 +87,7 @@ def test_verify_full_connects_and_doctor_says_verified(tls_server: tuple[PgServe
     engine = create_engine(_url(pg, sslmode="verify-full", sslrootcert=str(pki.ca_file)))
     try:
         ping(engine)
-        check = doctor_tls.database(engine)
+        check = doctor_tls.database(HealthStore(engine))
     finally:
         engine.dispose()
     assert check.status == PASS, check
@@ -130,7 +131,7 @@ def test_require_is_encrypted_but_not_verified(tls_server: tuple[PgServer, Pki])
     pg, _ = tls_server
     engine = create_engine(_url(pg, sslmode="require"))
     try:
-        check = doctor_tls.database(engine)
+        check = doctor_tls.database(HealthStore(engine))
     finally:
         engine.dispose()
     assert check.status == WARN

@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from relay.store.engine import normalize_url
+from relay.config.urls import normalize_url
 from relay.store.schema import upgrade
 from relay.store.schema.tables import TABLES
 from tests.support import databases

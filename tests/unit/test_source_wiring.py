@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from relay.commands.doctor import pooler as doctor_pooler
+from relay.commands.doctor.verdicts import FAIL
 from relay.config import Settings
 from relay.dispatch.dispatcher import Dispatcher
 from relay.dispatch.runtime import Runtime
@@ -53,10 +54,11 @@ def test_the_in_memory_store_gives_each_row_an_event_id_and_its_source() -> None
 
 def test_a_listen_url_that_does_not_parse_is_refused_naming_its_variable() -> None:
     """A malformed ``RELAY_LISTEN_URL`` is a ConfigError that names it, not a traceback: in
-    the runner's wake-up and in the doctor's connection checks."""
+    the runner's wake-up, and a failed check naming it in the doctor's wake-up check."""
     bad = "postgresql://u@h:notaport/db"
     settings = Settings(database_url="postgresql://u@h/db", listen_url=bad)
     with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
         Runtime("default", settings).wake_watcher(lambda: None)
-    with pytest.raises(ConfigError, match="RELAY_LISTEN_URL"):
-        doctor_pooler.conninfo(bad, variable="RELAY_LISTEN_URL")
+    check = doctor_pooler.wakeup(settings)
+    assert (check.status, check.fix) == (FAIL, "correct RELAY_LISTEN_URL"), check
+    assert "RELAY_LISTEN_URL" in check.detail

@@ -68,7 +68,6 @@ NOT_STATEMENTS = {
 SQL_ELSEWHERE = {
     "relay/store/schema/tables.py": "the tables' DDL (index predicates)",
     "relay/store/engine.py": "connection set-up (SQLite pragmas, BEGIN IMMEDIATE)",
-    "relay/commands/doctor/pooler.py": "pg_backend_pid() on raw psycopg connections: the probe",
     "relay/commands/demo/run.py": "the demo application's own table",
 }
 #: SQLAlchemy's statement constructors: calling one outside the dialects writes SQL there.

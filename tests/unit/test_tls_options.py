@@ -9,7 +9,7 @@ import pytest
 
 from relay.celery import celery_config
 from relay.config import Settings, tls
-from relay.config.urls import redact
+from relay.config.urls import first_line_redacted, redact
 from relay.exceptions import ConfigError
 
 
@@ -114,6 +114,22 @@ def test_celery_gets_the_url_without_options_and_broker_use_ssl() -> None:
 )
 def test_redact_masks_every_url_borne_secret(text: str) -> None:
     assert "MARKER" not in redact(text)
+
+
+def test_first_line_redacted_names_the_drivers_error_in_one_line_without_secrets() -> None:
+    """A wrapped driver error (SQLAlchemy's ``orig``) is described by its own class and first
+    line, any secret in it masked; an error that says nothing is its class alone."""
+    import sqlalchemy as sa
+
+    class OperationalError(Exception):
+        pass
+
+    driver = OperationalError('connection to "postgresql://app:MARKER@db/shop" failed\nHINT: x')
+    wrapped = sa.exc.OperationalError("SELECT 1", {}, driver)
+    assert first_line_redacted(wrapped) == (
+        'OperationalError: connection to "postgresql://app:***@db/shop" failed'
+    )
+    assert first_line_redacted(ValueError("  ")) == "ValueError: "
 
 
 def test_settings_repr_and_describe_carry_no_secret() -> None:

@@ -1,6 +1,7 @@
 """The verdict of ``relay demo``: what was committed against what arrived, and how it is shown.
 
-Pure bookkeeping and formatting; :mod:`relay.commands.demo` runs the producers, worker and consumer.
+Pure bookkeeping and formatting; :mod:`relay.commands.demo.run` runs the producers, worker and
+consumer.
 """
 
 from __future__ import annotations

@@ -11,9 +11,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from relay.commands.command import Command
 from relay.commands.doctor import reach
@@ -21,6 +19,9 @@ from relay.commands.doctor import tls as doctor_tls
 from relay.commands.doctor.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings
 from relay.exceptions import BrokerUnavailable, ConfigError, RelayError, StoreError
+
+if TYPE_CHECKING:
+    from relay.store.operations.health import HealthStore
 
 #: Database and host clocks further apart than this are worth a warning (Celery compares a
 #: task's eta and expires with wall clocks; the relay itself uses only the database's).
@@ -33,34 +34,30 @@ def run(settings: Settings | None, settings_error: str | None = None) -> list[Ch
     """Every check, in order; ``settings`` None when the environment did not parse."""
     if settings is None:
         return [Check("settings", FAIL, settings_error or "", "correct the variable named")]
+    from relay.store.operations.health import HealthStore
+
     checks = [Check("settings", PASS, "RELAY_* values are coherent")]
-    engine = _engine(settings)
+    store = HealthStore.from_url(settings.database_url)
     try:
-        checks += list(_database(engine, settings))
+        checks += list(_database(store, settings))
     finally:
-        engine.dispose()
+        store.dispose()
     checks += list(doctor_tls.brokers(settings))
     checks += list(_broker(settings))
     return checks
 
 
-def _engine(settings: Settings) -> sa.Engine:
-    from relay.store.engine import create_engine
-
-    return create_engine(settings.database_url)
-
-
-def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
+def _database(store: HealthStore, settings: Settings) -> Iterator[Check]:
     try:
-        reach.database(engine)
+        reach.database(store)
     except StoreError as exc:
-        why = doctor_tls.diagnose(engine.url) if "certificate" in str(exc) else ""
+        why = doctor_tls.diagnose(store.url) if "certificate" in str(exc) else ""
         detail = f"{exc} ({why})" if why else str(exc)
         yield Check("database", FAIL, detail, "check RELAY_DATABASE_URL and the server")
         return
-    yield Check("database", PASS, f"reachable ({engine.dialect.name})")
-    yield _guarded("database TLS", lambda: doctor_tls.database(engine))
-    schema = _schema(engine)
+    yield Check("database", PASS, f"reachable ({store.backend_name})")
+    yield _guarded("database TLS", lambda: doctor_tls.database(store))
+    schema = _schema(store)
     yield schema
     if schema.status == FAIL:
         return
@@ -68,19 +65,19 @@ def _database(engine: sa.Engine, settings: Settings) -> Iterator[Check]:
     from relay.commands.doctor.keys import stalled_keys
     from relay.commands.doctor.retention import retention
 
-    steps: list[tuple[str, Callable[[], Check]]] = [("indexes", lambda: _indexes(engine))]
-    if engine.dialect.name == "postgresql":
+    steps: list[tuple[str, Callable[[], Check]]] = [("indexes", lambda: _indexes(store))]
+    if store.backend_name == "postgresql":
         steps += [
-            ("idle_in_transaction_session_timeout", lambda: _idle_timeout(engine)),
-            ("autovacuum", lambda: _autovacuum(engine)),
+            ("idle_in_transaction_session_timeout", lambda: _idle_timeout(store)),
+            ("autovacuum", lambda: _autovacuum(store)),
             ("transaction pooler", lambda: doctor_pooler.pooler(settings)),
             ("wake-up", lambda: doctor_pooler.wakeup(settings)),
         ]
     steps += [
-        ("clock skew", lambda: _clock(engine)),
+        ("clock skew", lambda: _clock(store)),
         ("tick", lambda: _tick(settings)),
         ("retention", lambda: retention(settings)),
-        ("routing", lambda: _unroutable(engine)),
+        ("routing", lambda: _unroutable(store)),
         ("ordering keys", lambda: stalled_keys(settings)),
     ]
     for name, check in steps:
@@ -92,26 +89,17 @@ def _guarded(name: str, check: Callable[[], Check]) -> Check:
     a grant the relay needs, most often), so that the other checks still run."""
     try:
         return check()
-    except (StoreError, sa.exc.SQLAlchemyError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except StoreError as exc:
         return Check(
             name,
             FAIL,
-            f"could not check: {detail}",
+            f"could not check: {exc}",
             "grant the relay's role what docs/postgresql.md lists, or check the database",
         )
 
 
-def _schema(engine: sa.Engine) -> Check:
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    from relay.store.schema.upgrade import alembic_config
-
-    head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
-    with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"version_table": "relay_alembic_version"})
-        current = context.get_current_revision()
+def _schema(store: HealthStore) -> Check:
+    current, head = store.schema_revisions()
     if current == head:
         return Check("schema", PASS, f"migrated to head ({head})")
     return Check(
@@ -119,33 +107,15 @@ def _schema(engine: sa.Engine) -> Check:
     )
 
 
-def _indexes(engine: sa.Engine) -> Check:
-    from relay.store.schema.tables import applies_to, metadata
-
-    missing = []
-    inspector = sa.inspect(engine)
-    for table in metadata.sorted_tables:
-        present = {ix["name"] for ix in inspector.get_indexes(table.name)}
-        present |= {c["name"] for c in inspector.get_unique_constraints(table.name)}
-        for index in table.indexes:
-            if applies_to(index, engine.dialect.name) and index.name not in present:
-                missing.append(index.name)
+def _indexes(store: HealthStore) -> Check:
+    missing = store.missing_indexes()
     if missing:
-        return Check(
-            "indexes", FAIL, f"missing: {', '.join(map(str, missing))}", "run `relay migrate`"
-        )
+        return Check("indexes", FAIL, f"missing: {', '.join(missing)}", "run `relay migrate`")
     return Check("indexes", PASS, "the claim index and every other index exist")
 
 
-def _operations(engine: sa.Engine) -> Any:
-    from relay.store import dialects
-
-    return dialects.operations_for(dialects.for_name(engine.dialect.name))
-
-
-def _idle_timeout(engine: sa.Engine) -> Check:
-    with engine.connect() as conn:
-        value = str(conn.execute(_operations(engine).idle_in_transaction_timeout()).scalar())
+def _idle_timeout(store: HealthStore) -> Check:
+    value = store.idle_in_transaction_timeout()
     if value in ("0", "0ms"):
         return Check(
             "idle_in_transaction_session_timeout",
@@ -160,35 +130,33 @@ def _idle_timeout(engine: sa.Engine) -> Check:
 _OFF = frozenset({"off", "false", "no", "0", "f", "n"})
 
 
-def _autovacuum(engine: sa.Engine) -> Check:
+def _autovacuum(store: HealthStore) -> Check:
     """PostgreSQL reuses a deleted or updated row's space only once vacuum has cleaned it: with
     autovacuum off the outbox (every row is updated twice, then purged) grows without bound,
     however short the retention."""
-    with engine.connect() as conn:
-        row = conn.execute(_operations(engine).autovacuum_settings()).one()
+    found = store.autovacuum()
     fix = (
         "turn it on (autovacuum = on and track_counts = on in postgresql.conf, then "
         "SELECT pg_reload_conf()), or VACUUM outbox from cron every purge interval "
         "(docs/retention.md)"
     )
-    for name, value in (("autovacuum", row.server), ("track_counts", row.track_counts)):
-        if str(value).lower() in _OFF:
+    for name, value in (("autovacuum", found.server), ("track_counts", found.track_counts)):
+        if value.lower() in _OFF:
             detail = f"{name} = {value} on this server: nothing cleans the rows the relay updates "
             return Check("autovacuum", WARN, detail + "and purges, and the outbox grows", fix)
-    if row.outbox is not None and str(row.outbox).lower() in _OFF:
+    if found.outbox is not None and found.outbox.lower() in _OFF:
         return Check(
             "autovacuum",
             WARN,
-            f"the outbox table has autovacuum_enabled = {row.outbox}: it grows without bound",
+            f"the outbox table has autovacuum_enabled = {found.outbox}: it grows without bound",
             "ALTER TABLE outbox RESET (autovacuum_enabled), or VACUUM outbox from cron",
         )
     return Check("autovacuum", PASS, "on for the outbox")
 
 
-def _clock(engine: sa.Engine) -> Check:
+def _clock(store: HealthStore) -> Check:
     before = time.time()
-    with engine.connect() as conn:
-        db_now = conn.execute(_operations(engine).clock_reading()).scalar_one()
+    db_now = store.clock()
     skew = db_now.timestamp() - (before + time.time()) / 2
     detail = f"database clock {skew:+.2f}s from this host's"
     if abs(skew) > SKEW_WARN_SECONDS:
@@ -223,9 +191,8 @@ def _tick(settings: Settings) -> Check:
     return Check("tick", PASS, f"last tick {age:.1f}s ago")
 
 
-def _unroutable(engine: sa.Engine) -> Check:
-    with engine.connect() as conn:
-        rows = conn.execute(_operations(engine).unroutable_types(5)).all()
+def _unroutable(store: HealthStore) -> Check:
+    rows = store.unroutable_types(5)
     if rows:
         types = ", ".join(f"{t} ({n})" for t, n in rows)
         return Check(

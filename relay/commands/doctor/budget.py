@@ -9,14 +9,13 @@ its metrics endpoint serves it (``relay_connections_in_use``, ``relay_databases_
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import sqlalchemy as sa
 
 from relay.commands.doctor.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings
 from relay.config.databases import budget, each
-from relay.exceptions import ConfigError
+from relay.exceptions import ConfigError, StoreError
 
 #: The relay's share of a server's ``max_connections`` past which the doctor warns: the
 #: budget exists to leave the server's connections to its applications.
@@ -30,7 +29,7 @@ def checks(settings: Settings) -> list[Check]:
     except ConfigError as exc:
         return [Check("connection budget", FAIL, str(exc), "correct the variable named")]
     from relay.config.databases import server_of
-    from relay.store.engine import normalize_url
+    from relay.config.urls import normalize_url
 
     servers: dict[str, list[tuple[str, sa.URL]]] = defaultdict(list)
     for name, s in each(settings):
@@ -60,23 +59,22 @@ def checks(settings: Settings) -> list[Check]:
 
 
 def _server(server: str, url: sa.URL, most: int) -> Check:
-    from relay.store import dialects
-    from relay.store.engine import create_engine
+    from relay.store.operations.health import HealthStore
 
     name = f"connections on {server}"
-    engine = create_engine(url.render_as_string(hide_password=False), poolclass=sa.pool.NullPool)
+    store = HealthStore.from_url(
+        url.render_as_string(hide_password=False), poolclass=sa.pool.NullPool
+    )
     try:
-        ops: Any = dialects.operations_for(dialects.for_name("postgresql"))
-        with engine.connect() as conn:
-            limit, open_now, relay = conn.execute(ops.server_connections()).one()
-    except sa.exc.SQLAlchemyError as exc:
-        first = str(getattr(exc, "orig", exc)).strip().splitlines()
-        return Check(name, WARN, f"not read: {first[0] if first else exc}", "check the server")
+        found = store.server_connections()
+    except StoreError as exc:
+        return Check(name, WARN, f"not read: {exc}", "check the server")
     finally:
-        engine.dispose()
+        store.dispose()
+    limit = found.limit
     detail = (
-        f"max_connections {limit}, {open_now} open now ({relay} of them relay processes'); "
-        f"one relay process may hold {most}"
+        f"max_connections {limit}, {found.open_now} open now ({found.relay} of them relay "
+        f"processes'); one relay process may hold {most}"
     )
     if most > limit * SHARE_WARN:
         fix = (
@@ -84,7 +82,7 @@ def _server(server: str, url: sa.URL, most: int) -> Check:
             f"{max(2, int(limit * SHARE_WARN))} or less per relay process"
         )
         return Check(name, WARN, detail + f": over {SHARE_WARN:.0%} of the server's", fix)
-    if open_now + most > limit:
+    if found.open_now + most > limit:
         return Check(
             name,
             WARN,

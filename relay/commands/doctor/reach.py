@@ -13,17 +13,15 @@ from typing import TYPE_CHECKING, Any
 from relay.config import Settings
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
+    from relay.store.operations.health import HealthStore
 
 #: How long a check waits for the broker to accept a connection.
 BROKER_TIMEOUT_SECONDS = 5
 
 
-def database(engine: sa.Engine) -> None:
+def database(store: HealthStore) -> None:
     """The database answers a query; StoreError (DatabaseUnavailable when unreachable) if not."""
-    from relay.store.engine import ping
-
-    ping(engine)
+    store.ping()
 
 
 @contextlib.contextmanager

@@ -16,15 +16,16 @@ import ssl
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from relay.commands.doctor.verdicts import FAIL, PASS, WARN, Check
 from relay.config import Settings, tls
 from relay.config.urls import redact
-from relay.store import dialects
-from relay.store.dialects.mysql import MySQLOperations
-from relay.store.dialects.postgresql import PostgresOperations
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from relay.store.operations.health import HealthStore
 
 DATABASE_FIX_PG = "add ?sslmode=verify-full&sslrootcert=/path/to/ca.pem to RELAY_DATABASE_URL"
 DATABASE_FIX_MYSQL = "add ?ssl_ca=/path/to/ca.pem to RELAY_DATABASE_URL"
@@ -38,35 +39,26 @@ def _local(host: str | None) -> bool:
     return not host or host.startswith("/") or host in tls.LOOPBACK
 
 
-def database(engine: sa.Engine) -> Check:
+def database(store: HealthStore) -> Check:
     """Whether the outbox database's connection is encrypted and its server verified."""
-    url = engine.url
+    url, kind = store.url, store.backend_name
     name = "database TLS"
-    if engine.dialect.name == "sqlite":
+    if kind == "sqlite":
         return Check(name, PASS, "SQLite: a file, no network")
-    local = _local(url.host)
-    operations = dialects.operations_for(dialects.for_name(engine.dialect.name))
-    if isinstance(operations, PostgresOperations):
-        with engine.connect() as conn:
-            row = conn.execute(operations.connection_tls()).one_or_none()
-        encrypted, version = (bool(row[0]), row[1]) if row else (False, None)
+    session = store.session_tls()
+    if session is None:
+        return Check(name, PASS, f"{kind}: not checked")
+    if kind == "postgresql":
         mode = str(url.query.get("sslmode") or os.environ.get("PGSSLMODE") or "prefer")
         verified = mode == "verify-full"
         how, fix = f"sslmode={mode}", DATABASE_FIX_PG
-    elif isinstance(operations, MySQLOperations):
-        with engine.connect() as conn:
-            row = conn.execute(operations.connection_tls()).one_or_none()
-        version = row[1] if row else None
-        encrypted = bool(version)
+    else:
         check_name = str(url.query.get("ssl_check_hostname", "true")).lower() != "false"
         verified = bool(url.query.get("ssl_ca") or url.query.get("ssl_capath")) and check_name
-        how, fix = (
-            ("ssl_ca given" if verified else "no ssl_ca or no host name check"),
-            (DATABASE_FIX_MYSQL),
-        )
-    else:
-        return Check(name, PASS, f"{engine.dialect.name}: not checked")
-    return _verdict(name, encrypted, verified, local, f"{version}, {how}", fix)
+        how = "ssl_ca given" if verified else "no ssl_ca or no host name check"
+        fix = DATABASE_FIX_MYSQL
+    local = _local(url.host)
+    return _verdict(name, session.encrypted, verified, local, f"{session.version}, {how}", fix)
 
 
 def _verdict(name: str, encrypted: bool, verified: bool, local: bool, how: str, fix: str) -> Check:

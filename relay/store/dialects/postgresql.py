@@ -302,6 +302,10 @@ class PostgresOperations(Operations):
             "WHERE option_name = 'autovacuum_enabled') AS outbox"
         )
 
+    def backend_pid(self) -> Select[Any]:
+        """This session's server process (the doctor tells a transaction pooler by it)."""
+        return select(func.pg_backend_pid())
+
     def advisory_lock(self) -> Select[Any]:
         """``pg_try_advisory_xact_lock(key)``: true when this transaction took lock ``key``."""
         return select(func.pg_try_advisory_xact_lock(bindparam("key", type_=sa.BigInteger)))

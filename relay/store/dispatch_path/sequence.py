@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import TextClause
 
-from relay.config.urls import redact
+from relay.config.urls import first_line_redacted
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.store import faults
 from relay.store.dialects.postgresql import PostgresDialect
@@ -111,18 +111,13 @@ class SequenceReader:
             yield
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self.close()
-            raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
+            raise DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}") from exc
         except psycopg.Error as exc:
             self.close()
             if not faults.is_connection_fault(exc):
-                raise StoreError(f"database error: {_describe(exc)}") from exc
+                raise StoreError(f"database error: {first_line_redacted(exc)}") from exc
             self.store.engine.dispose()
-            raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
+            raise DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}") from exc
         except Exception:
             self.close()
             raise
-
-
-def _describe(exc: psycopg.Error) -> str:
-    lines = str(exc).strip().splitlines()
-    return redact(f"{type(exc).__name__}: {lines[0] if lines else ''}")

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine
 
-from relay.config.urls import redact
+from relay.config.urls import first_line_redacted
 from relay.exceptions import DatabaseUnavailable, StoreError
 from relay.store import watchdog
 from relay.store.dialects.postgresql import PostgresDialect
@@ -78,17 +78,12 @@ class ServerStats:
             yield
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self.close()
-            raise DatabaseUnavailable(f"database unavailable: {_describe(exc)}") from exc
+            raise DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}") from exc
         except psycopg.Error as exc:
             self.close()
-            raise StoreError(f"database error: {_describe(exc)}") from exc
+            raise StoreError(f"database error: {first_line_redacted(exc)}") from exc
 
 
 def changed(before: dict[str, int], after: dict[str, int]) -> list[str]:
     """The databases whose count moved (or appeared) between two looks."""
     return [name for name, count in after.items() if before.get(name) != count]
-
-
-def _describe(exc: psycopg.Error) -> str:
-    lines = str(exc).strip().splitlines()
-    return redact(f"{type(exc).__name__}: {lines[0] if lines else ''}")

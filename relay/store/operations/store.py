@@ -1,5 +1,6 @@
 """The operations store: what ``relay`` commands, the console, the metrics and the fleet's
-purge ask of the outbox (status, gauges, lists, retry and purge, audit, heartbeats, retention).
+purge ask of the outbox (status, gauges, lists, retry and purge, audit, heartbeats, retention,
+the consumers' inbox purge).
 
 Nothing on the dispatch path calls it; its statements are in
 ``relay.store.dialects.operations``.
@@ -327,6 +328,12 @@ class OperationsStore(BaseStore):
             if n < batch_size:
                 break
         return total
+
+    def purge_inbox(self, older_than_seconds: float, batch_size: int) -> int:
+        """Delete up to ``batch_size`` consumers' inbox rows received more than
+        ``older_than_seconds`` ago, in one transaction; how many."""
+        with self._tx() as conn:
+            return self.dialect.purge_inbox(conn, float(older_than_seconds), batch_size)
 
 
 @dataclass(frozen=True, slots=True)

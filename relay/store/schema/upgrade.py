@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import command
 from alembic.config import Config
 
-from relay.store.engine import normalize_url
+from relay.config.urls import normalize_url
 
 SCRIPT_LOCATION = "relay:migrations"
 

@@ -19,6 +19,9 @@ WHERE relay_audit.id < %(id_1)s::BIGINT ORDER BY relay_audit.id DESC
 -- autovacuum_settings: Whether autovacuum can clean ``outbox``: the server's ``autovacuum`` and
 SELECT current_setting('autovacuum') AS server, current_setting('track_counts') AS track_counts, (SELECT option_value FROM pg_options_to_table((SELECT reloptions FROM pg_class WHERE oid = to_regclass('outbox'))) WHERE option_name = 'autovacuum_enabled') AS outbox;
 
+-- backend_pid: This session's server process (the doctor tells a transaction pooler by it).
+SELECT pg_backend_pid() AS pg_backend_pid_1;
+
 -- backlog: How many unordered rows and heads of keys are claimable now, counting each no
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
