@@ -37,6 +37,7 @@ from relay.store.dispatch_path.store import DispatchStore, dispatch_engine_kwarg
 from relay.store.engine import APPLICATION_NAME
 
 if TYPE_CHECKING:
+    from relay.config.databases import Fleet
     from relay.retention.purger import PurgeLoop, Purger
     from relay.store.operations.store import OperationsStore
     from relay.wakeup.watcher import Poller, SequenceWatcher
@@ -103,6 +104,16 @@ def publisher(settings: Settings, observer: Observer | None = None) -> Publisher
         on_blocked=None if observer is None else observer.broker_blocked,
         signing_keys=settings.signing_keys,
     )
+
+
+def for_fleet(fleet: Fleet, *, one_connection: bool) -> dict[str, Runtime]:
+    """A runtime for each of ``fleet``'s databases, by name, sharing one observer (the one
+    ``fleet.settings`` describe): what a runner over several databases relays with."""
+    shared = observer(fleet.settings)
+    return {
+        m.name: Runtime(m.name, m.settings, observer=shared, one_connection=one_connection)
+        for m in fleet.members
+    }
 
 
 class Runtime:

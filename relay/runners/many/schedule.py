@@ -218,10 +218,12 @@ class Schedule:
         ]
         return min(parked, key=lambda t: t.parked_at, default=None)
 
-    def hand_out(self, now: float, workers: int) -> list[tuple[Entry, Entry | None]]:
+    def hand_out(
+        self, now: float, workers: int
+    ) -> tuple[list[tuple[Entry, Entry | None]], float | None]:
         """Start units for the databases due, in :meth:`ready`'s order, on at most ``workers``
         idle workers and within the budget: each with the parked database whose slot it takes
-        (close that one's connection first), or None."""
+        (close that one's connection first), or None; and the :meth:`next_due` time after."""
         handed: list[tuple[Entry, Entry | None]] = []
         for entry in self.ready(now):
             if len(handed) >= workers:
@@ -234,7 +236,7 @@ class Schedule:
                 self.release(evicted)
             self.start(entry)
             handed.append((entry, evicted))
-        return handed
+        return handed, self.next_due()
 
     def start(self, entry: Entry) -> None:
         """A worker runs a unit for ``entry``, on a connection it holds; a database back from

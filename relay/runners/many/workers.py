@@ -92,15 +92,16 @@ class ManyDatabases:
         now = time.monotonic()
         self.schedule = Schedule.for_fleet(fleet, now, watching=not once)
         self.workers = min(self.schedule.slots, len(fleet.members))
-        self.observer = runtimes.observer(self.settings)
-        # The first purges spread over a minute, not all at the first idle moment.
-        spread = [
-            min(m.settings.purge_interval_seconds, FIRST_PURGES_SECONDS) for m in fleet.members
-        ]
         self.databases = {
-            m.name: self.serve(m, now + spread[i] * i / len(fleet.members))
-            for i, m in enumerate(fleet.members)
+            name: Served(runtime)
+            for name, runtime in runtimes.for_fleet(fleet, one_connection=True).items()
         }
+        first = next(iter(self.databases.values())).runtime
+        self.observer = first.observer
+        # The first purges spread over a minute, not all at the first idle moment.
+        for i, db in enumerate(self.databases.values()):
+            spread = min(db.runtime.settings.purge_interval_seconds, FIRST_PURGES_SECONDS)
+            db.runtime.purge_at = now + spread * i / len(self.databases)
         self.watches = [] if once else server_watches(fleet, self.wake)
         self.stop = threading.Event()
         #: SIGHUP: read ``RELAY_DATABASES=@PATH`` again (:mod:`relay.runners.many.reload`).
@@ -171,8 +172,9 @@ class ManyDatabases:
                     if started is not None:  # None: a database to drop is still running
                         self.reload_requested.clear()
                         idle += started
-                idle -= self._dispatch(idle)
-                self._wait()
+                handed, due = self._dispatch(idle)
+                idle -= handed
+                self._wait(due)
         finally:
             for w in self.watches:
                 w.stop()
@@ -186,11 +188,10 @@ class ManyDatabases:
                 db.runtime.close()
         return self.report
 
-    def _wait(self) -> None:
-        """Until a worker finishes, a wake-up comes or the next database is due; databases
+    def _wait(self, due: float | None) -> None:
+        """Until a worker finishes, a wake-up comes or the next database is ``due``; databases
         already due but not handed out wait for a worker or a connection, so for an event."""
         now = time.monotonic()
-        due = self.schedule.next_due()
         wait = TICK_SECONDS if due is None or due <= now else due - now
         try:
             item = self._events.get(timeout=min(TICK_SECONDS, max(0.0, wait)))
@@ -236,15 +237,16 @@ class ManyDatabases:
                 remaining.discard(item.name)
                 entry.due_at = float("inf")
 
-    def _dispatch(self, idle: int) -> int:
-        """Hand due databases to idle workers, within the budget; returns how many."""
-        handed = self.schedule.hand_out(time.monotonic(), idle)
+    def _dispatch(self, idle: int) -> tuple[int, float | None]:
+        """Hand due databases to idle workers, within the budget; returns how many, and when
+        the next database not running is due."""
+        handed, due = self.schedule.hand_out(time.monotonic(), idle)
         for entry, evicted in handed:
             if evicted is not None:
                 self.databases[evicted.name].runtime.release()
             self._started[entry.name] = time.monotonic()
             self._jobs.put(entry.name)
-        return len(handed)
+        return len(handed), due
 
     def _work(self) -> None:
         publisher = runtimes.publisher(self.settings, self.observer)
