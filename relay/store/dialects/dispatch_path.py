@@ -4,8 +4,8 @@ supplies its clock, locking and upserts.
 They sit on top of the application's (``relay.store.dialects.caller_transaction``) and the outcomes'
 (``relay.store.dialects.fenced_updates``); the operator's queries are in
 ``relay.store.dialects.operations``. The builders return SQLAlchemy Core
-statements and never execute them (except ``claim`` and ``next_seq``, which run several
-statements in the transaction they are given). A snapshot test compiles each one per dialect.
+statements and never execute them (except ``claim``, which runs several statements in the
+transaction it is given). A snapshot test compiles each one per dialect.
 
 A claim has two lanes. Unordered rows (``seq`` NULL) come from the oldest claimable ones. Ordered
 rows come per key: its head is the row numbered ``outbox_progress.sent_seq + 1``; a claim locks
@@ -26,6 +26,7 @@ from sqlalchemy import (
     CompoundSelect,
     Connection,
     Float,
+    Insert,
     Row,
     Select,
     Text,
@@ -43,6 +44,7 @@ from relay.ordering import cut_runs
 from relay.store.dialects.caller_transaction import InboxStatements, ProducerStatements
 from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
+from relay.store.dialects.keys import KeyHeads
 from relay.store.dispatch_path.claimsize import fit_bytes, text_bytes
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
@@ -58,8 +60,13 @@ MAX_BYTES = bindparam("max_bytes", type_=BigInteger)
 FIRST_ANYWAY = bindparam("first_anyway", type_=Boolean)
 
 
-class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
-    """SQL for one database. Subclasses implement the clock and the claim."""
+class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
+    """SQL for one database. Subclasses implement the clock, the claim and the upserts."""
+
+    def _upsert_sent_counts(self, values: dict[str, Any]) -> Insert:
+        """Insert a row of ``outbox_sent_counts``, or add it to the row of its minute and
+        shard (``relay.store.dialects.purge.RetentionStatements.count_sent``)."""
+        raise NotImplementedError
 
     # -- claim -------------------------------------------------------------------------------
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:

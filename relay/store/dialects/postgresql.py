@@ -12,6 +12,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Select,
+    Table,
     TextClause,
     Update,
     bindparam,
@@ -22,13 +23,12 @@ from sqlalchemy import (
 )
 from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
-from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.store.dialects.clock import PROCESSING, cached
 from relay.store.dialects.dispatch_path import _PLACE
 from relay.store.dialects.operations import Operations
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import ReadTimestamp
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
@@ -61,6 +61,10 @@ class PostgresDialect(ReturningDialect):
     def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
         """``extract(epoch from now() - column)``."""
         return sa.cast(func.extract("epoch", func.now() - column), sa.Float)
+
+    def epoch_now(self) -> ColumnElement[float]:
+        """``extract(epoch from now())``."""
+        return type_coerce(literal_column("extract(epoch from now())"), sa.Float)
 
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """``CAST(column AS TEXT)``: psycopg reads text in C, where its jsonb loader calls
@@ -159,6 +163,19 @@ class PostgresDialect(ReturningDialect):
         )
         return select(probe.c.id).select_from(outbox_progress.join(probe, sa.true())).limit(limit)
 
+    def _key_heads(self, last: Select[Any]) -> Select[Any]:
+        # LATERAL probes, never flattened into a join (as the claim's heads statement: as a
+        # plain join the planner may scan the table instead of one lookup per key).
+        progress = outbox_progress.c
+        head = select(outbox.c.id, outbox.c.status, outbox.c.last_error).where(
+            outbox.c.ordering_key == progress.ordering_key,
+            outbox.c.seq == progress.sent_seq + 1,
+        )
+        h, top = head.limit(1).lateral("h"), last.lateral("top")
+        return select(
+            progress.ordering_key, progress.sent_seq, *h.c, top.c.seq.label("last_seq")
+        ).select_from(outbox_progress.outerjoin(h, sa.true()).outerjoin(top, sa.true()))
+
     @cached
     def heads_statement(self, limit: int) -> Select[Any]:
         """Claimable heads of their key (number ``sent_seq + 1``), oldest first, each locked by
@@ -192,14 +209,6 @@ class PostgresDialect(ReturningDialect):
         """Two parallel arrays for :meth:`run_statement`."""
         return {"run_keys": [p[0] for p in places], "run_seqs": [p[1] for p in places]}
 
-    def take_seq(self) -> ReturningInsert[Any]:
-        """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
-        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=1)
-        return stmt.on_conflict_do_update(
-            index_elements=[outbox_sequence.c.ordering_key],
-            set_={"last_seq": outbox_sequence.c.last_seq + 1},
-        ).returning(outbox_sequence.c.last_seq)
-
     def reserve_key(self) -> Insert:
         """``INSERT … (key, 0) ON CONFLICT DO UPDATE SET last_seq = last_seq`` (locks it)."""
         stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
@@ -208,18 +217,8 @@ class PostgresDialect(ReturningDialect):
             set_={"last_seq": outbox_sequence.c.last_seq},
         )
 
-    def start_progress(self) -> Insert:
-        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
-        stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
-        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
-
-    def inbox_claim(self) -> ReturningInsert[Any]:
-        """``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: psycopg reports no row
-        count here, so a returned row tells that it inserted."""
-        stmt = insert(inbox).values(
-            consumer=bindparam("consumer"), message_id=bindparam("message_id")
-        )
-        return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
+    def _insert(self, table: Table) -> Insert:
+        return insert(table)
 
     def id_sequence(self) -> Select[Any]:
         """The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.

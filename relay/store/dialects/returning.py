@@ -1,6 +1,9 @@
 """The claim of the databases with ``UPDATE … RETURNING`` (PostgreSQL, SQLite): one statement
 picks the claimable rows, leases them and returns them; each database builds that statement.
 MySQL/MariaDB, without it, pick and lease in two statements (:mod:`relay.store.dialects.mysql`).
+
+The same two say ``INSERT … ON CONFLICT`` alike: the upserts they write the same way are here,
+each on its database's own INSERT (:meth:`ReturningDialect._insert`).
 """
 
 from __future__ import annotations
@@ -8,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, Update
+from sqlalchemy import ColumnElement, Connection, Row, Table, Update, bindparam, func
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.store.dialects.dispatch_path import Dialect
+from relay.store.schema.tables import inbox, outbox_progress, sent_counts
 
 
 class ReturningDialect(Dialect):
@@ -57,3 +63,35 @@ class ReturningDialect(Dialect):
     ) -> list[Row[Any]]:
         stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
         return list(conn.execute(stmt, {"ids": list(ids)}).all())
+
+    def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
+        """The database's own INSERT into ``table``, which can say ``ON CONFLICT``."""
+        raise NotImplementedError
+
+    def _greatest(self, a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+        return func.greatest(a, b)
+
+    def _upsert_sent_counts(self, values: dict[str, Any]) -> postgresql.Insert | sqlite.Insert:
+        stmt = self._insert(sent_counts).values(values)
+        c, fresh = sent_counts.c, stmt.excluded
+        return stmt.on_conflict_do_update(
+            index_elements=[c.minute, c.shard],
+            set_={
+                "sent": c.sent + fresh.sent,
+                "lag_sum": c.lag_sum + fresh.lag_sum,
+                "lag_max": self._greatest(c.lag_max, fresh.lag_max),
+            },
+        )
+
+    def start_progress(self) -> postgresql.Insert | sqlite.Insert:
+        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
+        stmt = self._insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
+        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
+
+    def inbox_claim(self) -> ReturningInsert[Any]:
+        """``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
+        inserted (psycopg reports no row count here)."""
+        stmt = self._insert(inbox).values(
+            consumer=bindparam("consumer"), message_id=bindparam("message_id")
+        )
+        return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
