@@ -28,7 +28,6 @@ from sqlalchemy import (
     Row,
     Select,
     TextClause,
-    Update,
     bindparam,
     cast,
     delete,
@@ -37,14 +36,13 @@ from sqlalchemy import (
     select,
     text,
     type_coerce,
-    update,
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
 from relay.store.dialects.clock import cached
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.operations import Operations
-from relay.store.dispatch_path.claimsize import fit_bytes
+from relay.store.dispatch_path.claimsize import Ask, fit_bytes
 from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence, sent_counts
 from relay.store.timestamps import UtcDateTime, utc_now
 
@@ -90,50 +88,29 @@ class MySQLDialect(Dialect):
         )
 
     @cached
-    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
-        """Lease the picked rows; bind ``ids``."""
-        return (
-            update(outbox)
-            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
-            .values(**self.lease_values(worker, lease_seconds))
-        )
-
-    @cached
     def claimed_statement(self) -> Select[Any]:
         """The leased rows as the claim returns them; bind ``ids``."""
         ids: Any = bindparam("ids", expanding=True)
         return select(*self.claim_columns()).where(outbox.c.id.in_(ids))
 
-    def claim_unordered(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-        first_anyway: bool = True,
-    ) -> list[Row[Any]]:
+    def claim_unordered(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
         picked: list[Row[Any]] = []
-        lanes = (self.lease_expired(), self.pending_due()) if expired else (self.pending_due(),)
+        pending = self.pending_due()
+        lanes = (self.lease_expired(), pending) if ask.expired else (pending,)
         for due in lanes:
-            if len(picked) < limit:
-                picked += conn.execute(self.pick_statement(due, limit - len(picked))).all()
-        if max_bytes is not None:
+            if len(picked) < ask.limit:
+                picked += conn.execute(self.pick_statement(due, ask.limit - len(picked))).all()
+        if ask.max_bytes is not None:
             # The rows left out stay locked only until the claim commits.
             sizes = (row.size for row in picked)
-            picked = picked[: fit_bytes(sizes, max_bytes, first=first_anyway)]
-        ids = [row.id for row in picked]
-        return self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
+            picked = picked[: fit_bytes(sizes, ask.max_bytes, first=ask.first_anyway)]
+        return self.lease_ids(conn, [row.id for row in picked], ask)
 
-    def lease_ids(
-        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[Row[Any]]:
+    def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
         if not ids:
             return []
         leased = conn.execute(
-            self.lease_statement(worker=worker, lease_seconds=lease_seconds), {"ids": ids}
+            self.lease_statement(worker=ask.worker, lease_seconds=ask.lease_seconds), {"ids": ids}
         ).rowcount
         # The ids are row-locked by this transaction: nobody can have changed them meanwhile.
         assert leased == len(ids), f"leased {leased} of {len(ids)} locked rows"

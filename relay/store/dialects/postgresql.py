@@ -11,17 +11,16 @@ import sqlalchemy as sa
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    ScalarSelect,
     Select,
     Table,
     TextClause,
-    Update,
     bindparam,
     func,
     literal_column,
     select,
     type_coerce,
 )
-from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
 
 from relay.store.dialects.clock import PROCESSING, cached
@@ -105,42 +104,15 @@ class PostgresDialect(ReturningDialect):
         held = select(probe.c.id).select_from(keys.join(probe, sa.true())).scalar_subquery()
         return sa.and_(outbox.c.id == sa.any_(func.array(held)), outbox.c.locked_by == worker)
 
-    @cached
-    def claim_statement(
-        self,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        sized: bool = False,
-    ) -> Update:
-        """Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
-        same statement; ``sized``, only those within the bound bytes (:meth:`within_bytes`).
+    def _among(self, ids: ScalarSelect[Any]) -> ColumnElement[bool]:
+        # ``id = ANY(ARRAY(SELECT … SKIP LOCKED))``: the UPDATE finds each row through the
+        # primary key. Joined to a CTE instead, the planner hashes the whole table whenever it is
+        # small next to the batch (measured: a sequential scan of 20,000 rows in every claim of
+        # 1,000, about a third of its time).
+        return outbox.c.id == sa.any_(func.array(ids))
 
-        The locked ids are gathered into an array (``id = ANY(ARRAY(SELECT … SKIP LOCKED))``),
-        so the UPDATE finds each row through the primary key. Joined to a CTE instead, the
-        planner hashes the whole table whenever it is small next to the batch (measured: a
-        sequential scan of 20,000 rows in every claim of 1,000, about a third of its time)."""
-        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
-        if sized:
-            picked = self.within_bytes(picked)
-        return (
-            sa_update(outbox)
-            .where(outbox.c.id == sa.any_(func.array(picked.scalar_subquery())))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
-
-    @cached
-    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
-        """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
-        return (
-            sa_update(outbox)
-            .where(outbox.c.id == sa.any_(_IDS))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
+    def _bound_ids(self) -> ColumnElement[bool]:
+        return outbox.c.id == sa.any_(_IDS)
 
     def _probe(self, key: ColumnElement[Any], seq: ColumnElement[Any], locked: bool = True) -> Any:
         # A LATERAL probe with LIMIT 1 is never flattened into a join: each place is one

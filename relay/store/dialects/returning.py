@@ -11,17 +11,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, Table, Update, bindparam, func
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    ScalarSelect,
+    Table,
+    Update,
+    bindparam,
+    func,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import ReturningInsert
 
+from relay.store.dialects.clock import cached
 from relay.store.dialects.dispatch_path import Dialect
-from relay.store.schema.tables import inbox, outbox_progress, sent_counts
+from relay.store.dispatch_path.claimsize import Ask
+from relay.store.schema.tables import inbox, outbox, outbox_progress, sent_counts
 
 
 class ReturningDialect(Dialect):
     """A :class:`Dialect` whose claim and lease are each one ``UPDATE … RETURNING``."""
 
+    @cached
     def claim_statement(
         self,
         *,
@@ -31,37 +44,40 @@ class ReturningDialect(Dialect):
         expired: bool = True,
         sized: bool = False,
     ) -> Update:
-        """Lease the claimable unordered rows (``sized``: within ``max_bytes``), returning them."""
-        raise NotImplementedError
+        """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
+        the bound bytes: :meth:`within_bytes`), returning them."""
+        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
+        if sized:
+            picked = self.within_bytes(picked)
+        return (
+            update(outbox)
+            .where(self._among(picked.scalar_subquery()))
+            .values(**self.lease_values(worker, lease_seconds))
+            .returning(*self.claim_columns())
+        )
 
+    @cached
     def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
         """Lease the rows bound as ``ids``, returning them."""
-        raise NotImplementedError
+        leased = super().lease_statement(worker=worker, lease_seconds=lease_seconds)
+        return leased.returning(*self.claim_columns())
 
-    def claim_unordered(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-        first_anyway: bool = True,
-    ) -> list[Row[Any]]:
+    def _among(self, ids: ScalarSelect[Any]) -> ColumnElement[bool]:
+        """The rows whose id ``ids`` selects."""
+        return outbox.c.id.in_(ids)
+
+    def claim_unordered(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
         stmt = self.claim_statement(
-            worker=worker,
-            limit=limit,
-            lease_seconds=lease_seconds,
-            expired=expired,
-            sized=max_bytes is not None,
+            worker=ask.worker,
+            limit=ask.limit,
+            lease_seconds=ask.lease_seconds,
+            expired=ask.expired,
+            sized=ask.max_bytes is not None,
         )
-        return list(conn.execute(stmt, self.bound_params(max_bytes, first_anyway)).all())
+        return list(conn.execute(stmt, self.bound_params(ask.max_bytes, ask.first_anyway)).all())
 
-    def lease_ids(
-        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[Row[Any]]:
-        stmt = self.lease_statement(worker=worker, lease_seconds=lease_seconds)
+    def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
+        stmt = self.lease_statement(worker=ask.worker, lease_seconds=ask.lease_seconds)
         return list(conn.execute(stmt, {"ids": list(ids)}).all())
 
     def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:

@@ -21,20 +21,17 @@ from sqlalchemy import (
     LargeBinary,
     Select,
     Table,
-    Update,
     bindparam,
     cast,
     func,
     literal,
     literal_column,
     type_coerce,
-    update,
 )
 from sqlalchemy.dialects.sqlite import Insert, insert
 
-from relay.store.dialects.clock import cached
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema.tables import outbox, outbox_sequence
+from relay.store.schema.tables import outbox_sequence
 from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 
@@ -70,41 +67,9 @@ class SQLiteDialect(ReturningDialect):
         (``octet_length`` arrived only in SQLite 3.43)."""
         return func.length(cast(text, LargeBinary))
 
-    @cached
-    def claim_statement(
-        self,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        sized: bool = False,
-    ) -> Update:
-        """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
-        the bound bytes: :meth:`within_bytes`), returning them."""
-        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
-        if sized:
-            picked = self.within_bytes(picked)
-        return (
-            update(outbox)
-            .where(outbox.c.id.in_(picked.scalar_subquery()))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
-
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """Unchanged: the transaction already holds the database's write lock."""
         return stmt
-
-    @cached
-    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
-        """Lease the rows bound as ``ids``, returning them."""
-        return (
-            update(outbox)
-            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
 
     def reserve_key(self) -> Insert:
         """``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes."""
