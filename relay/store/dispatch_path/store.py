@@ -53,32 +53,17 @@ class DispatchStore(BaseStore):
         self.retention = RetentionStatements(self.dialect)
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        source: str | None = None,
-        delete_on_send: bool = False,
-        batch_max_bytes: int | None = None,
-        **engine_kwargs: Any,
-    ) -> Self:
-        engine = create_engine(url, **engine_kwargs)
-        return cls(
-            engine, source=source, delete_on_send=delete_on_send, batch_max_bytes=batch_max_bytes
-        )
-
-    @classmethod
     def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
         """The store every relay process dispatches through: ``RELAY_DATABASE_URL``, with
         ``RELAY_SOURCE`` as its messages' source, deleting at send with ``RELAY_DELETE_ON_SEND``,
         every call bounded by deadlines derived from the lease (:func:`dispatch_engine_kwargs`),
         its claims bounded by ``RELAY_BATCH_MAX_BYTES``."""
-        return cls.from_url(
-            settings.database_url,
+        engine_kwargs = {**dispatch_engine_kwargs(settings), **engine_kwargs}
+        return cls(
+            create_engine(settings.database_url, **engine_kwargs),
             source=settings.source,
             delete_on_send=settings.delete_on_send,
             batch_max_bytes=settings.batch_max_bytes,
-            **{**dispatch_engine_kwargs(settings), **engine_kwargs},
         )
 
     # -- the dispatch cycle ----------------------------------------------------------------
