@@ -7,9 +7,9 @@ is all there is to time), from 1 or 4 producer processes of one thread each:
 - ``trigger``: ``relay.enqueue(conn, ..., ordering_key=K)`` as shipped: one INSERT, numbered by
   the database's trigger;
 - ``explicit``: what ``relay.enqueue`` did before 0012, on the same schema: take the key's
-  number (``Dialect.next_seq``: the upsert, and on MySQL/MariaDB ``SELECT LAST_INSERT_ID()``;
-  the progress row with a key's first number), then INSERT the row with its ``seq`` (the
-  trigger's condition is false for it);
+  number (:func:`bench.numbering.next_seq`: the upsert, and on MySQL/MariaDB ``SELECT
+  LAST_INSERT_ID()``; the progress row with a key's first number), then INSERT the row with its
+  ``seq`` (the trigger's condition is false for it);
 - ``unkeyed`` and ``unkeyed_off``: an unkeyed ``relay.enqueue`` with the numbering trigger in
   place, and with it removed (PostgreSQL: disabled; MariaDB and SQLite: dropped, re-created
   after): what the trigger costs writers that do not use keys.
@@ -28,10 +28,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench import services
+from bench import numbering, services
 from bench.timing import ratio
 from bench.writing import median, rate, writer_pool
-from relay.store import dialects
 from relay.store.engine import create_engine
 
 MODES = ("trigger", "explicit", "unkeyed", "unkeyed_off")
@@ -41,15 +40,14 @@ PAYLOAD = {"order_id": 12345, "total": "99.90", "lines": [{"sku": "A-1", "qty": 
 
 def _explicit(conn: sa.Connection, key: str) -> None:
     """The pre-0012 path of ``relay.enqueue`` for a keyed event, through the same builders."""
-    dialect = dialects.for_name(conn.dialect.name)
     values: dict[str, Any] = {
         "event_type": "order.placed",
         "payload": PAYLOAD,
         "headers": None,
         "ordering_key": key,
     }
-    values["seq"] = dialect.next_seq(conn, key)
-    conn.execute(dialect.insert_event(delayed=False, ordered=True), values)
+    values["seq"] = numbering.next_seq(conn, key)
+    numbering.insert_numbered(conn, values)
 
 
 def _enqueue(url: str, mode: str, threads: int, start_at: float, seconds: float) -> int:

@@ -25,6 +25,7 @@ from relay.records import (
     Status,
     headers_fault,
 )
+from relay.store.dispatch_path.protocol import Store
 
 
 @dataclass
@@ -104,7 +105,7 @@ class Row:
 
 
 @dataclass
-class InMemoryStore:
+class InMemoryStore(Store):
     """The dispatch path's store (:class:`relay.store.dispatch_path.protocol.Store`) in plain
     Python.
 
@@ -197,23 +198,6 @@ class InMemoryStore:
         expected = len(sent) + len(rescheduled) + len(buried) + sum(len(g.events) for g in released)
         lost = expected - n_sent - n_resched - n_buried - n_released
         return Completed(n_sent, n_resched, n_buried, lost, n_released)
-
-    def complete_and_claim(
-        self,
-        worker: str,
-        *,
-        sent: Sequence[ClaimedEvent] = (),
-        rescheduled: Sequence[Rescheduled] = (),
-        buried: Sequence[Buried] = (),
-        released: Sequence[Released] = (),
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-    ) -> tuple[Completed, list[ClaimedEvent]]:
-        done = self.complete(
-            worker, sent=sent, rescheduled=rescheduled, buried=buried, released=released
-        )
-        return done, self.claim(worker, limit, lease_seconds, expired=expired)
 
     def release(
         self, worker: str, events: Sequence[ClaimedEvent], delay_seconds: float, error: str

@@ -45,7 +45,7 @@ class Row:
     def statement(self, dialect_name: str) -> Insert:
         """The INSERT that writes this row on dialect ``dialect_name`` (keyed rows are
         numbered by the database's trigger)."""
-        return dialects.for_name(dialect_name).insert_event(delayed=self.delayed, ordered=False)
+        return dialects.for_name(dialect_name).insert_event(delayed=self.delayed)
 
 
 class Producer:

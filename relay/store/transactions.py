@@ -64,6 +64,12 @@ def translate_errors() -> Iterator[None]:
     try:
         yield
     except sa_exc.SQLAlchemyError as exc:
-        if faults.is_unavailable(exc):
-            raise DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}") from exc
-        raise StoreError(f"database error: {first_line_redacted(exc)}") from exc
+        raise relay_error(exc, unavailable=faults.is_unavailable(exc)) from exc
+
+
+def relay_error(exc: Exception, *, unavailable: bool) -> StoreError:
+    """The relay's error for a database error ``exc`` (SQLAlchemy's or the driver's):
+    :class:`DatabaseUnavailable` when it is the connection's fault, its first line redacted."""
+    if unavailable:
+        return DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}")
+    return StoreError(f"database error: {first_line_redacted(exc)}")

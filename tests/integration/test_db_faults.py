@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from relay.config import timing
 from relay.exceptions import DatabaseUnavailable
+from relay.store.dispatch_path.raw_reader import RawReader
 from relay.store.dispatch_path.serverstats import ServerStats
 from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine, ping
@@ -74,6 +75,26 @@ def test_a_server_that_will_not_take_writes_is_a_connection_fault(db_url: str) -
     assert caught.value.retryable
     assert getattr(caught.value.__cause__, "connection_invalidated", False)
     assert "read-only" in str(caught.value) or "READ ONLY" in str(caught.value)
+
+
+def test_the_wake_ups_own_connection_takes_a_read_only_server_for_a_connection_fault(
+    pg_url: str,
+) -> None:
+    """The wake-ups' reads on a connection of their own (the sequence look, the server
+    statistics: RawReader) sort a server that will not take writes as the store does: a
+    retryable DatabaseUnavailable, the connection dropped and the next read on a new one."""
+    read_only = {"options": "-c default_transaction_read_only=on"}
+    engine = create_engine(pg_url, deadlines=DEADLINES, connect_args=read_only)
+    reader = RawReader(engine)
+    try:
+        with pytest.raises(DatabaseUnavailable) as caught:
+            reader.rows("CREATE TABLE never_made (x integer)", {})
+        assert caught.value.retryable
+        assert "read-only" in str(caught.value)
+        assert reader.rows("SELECT 1", {}) == [(1,)]
+    finally:
+        reader.close()
+        engine.dispose()
 
 
 @pytest.mark.timeout(60)

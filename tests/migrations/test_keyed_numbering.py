@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from relay.store import dialects
+from bench import numbering
 from relay.store.engine import create_engine
 from relay.store.schema import upgrade
 from tests.support import databases
@@ -41,10 +41,9 @@ def test_rows_keep_their_numbers_and_plain_sql_is_numbered_after_the_upgrade(
     engine = create_engine(url_at_0011)
     try:
         with engine.begin() as conn:
-            dialect = dialects.for_name(conn.dialect.name)
-            seq = dialect.next_seq(conn, "k")
-            conn.execute(
-                dialect.insert_event(delayed=False, ordered=True),
+            seq = numbering.next_seq(conn, "k")
+            numbering.insert_numbered(
+                conn,
                 {
                     "event_type": "old",
                     "payload": {},

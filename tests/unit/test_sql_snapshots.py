@@ -49,7 +49,6 @@ NOT_STATEMENTS = {
     "json_text",
     "readable_time",
     "lease_ids",
-    "next_seq",
     "purge_inbox",
     "run_params",
     "try_lock",
@@ -101,7 +100,6 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "matching": operations_for(dialect).matching(OPERATOR_FILTER),
         "after": 500,
         "delayed": True,
-        "ordered": True,
         "horizon": 1000,
         "expired": True,
         "sized": True,
@@ -275,12 +273,10 @@ def test_hot_path_statements_are_built_once_per_arguments() -> None:
     assert PostgresDialect().mark_sent("w") is not d.mark_sent("w")  # per dialect instance
     # The producer's side: one dialect per name, one INSERT per shape (every enqueue runs it).
     assert dialects.for_name("postgresql") is dialects.for_name("postgresql")
-    row = dialects.for_name("postgresql").insert_event(delayed=False, ordered=False)
-    assert d.insert_event(delayed=False, ordered=False) is d.insert_event(
-        delayed=False, ordered=False
-    )
-    assert dialects.for_name("postgresql").insert_event(delayed=False, ordered=False) is row
-    assert dialects.for_name("postgresql").insert_event(delayed=True, ordered=False) is not row
+    row = dialects.for_name("postgresql").insert_event(delayed=False)
+    assert d.insert_event(delayed=False) is d.insert_event(delayed=False)
+    assert dialects.for_name("postgresql").insert_event(delayed=False) is row
+    assert dialects.for_name("postgresql").insert_event(delayed=True) is not row
     for n in range(clock.STATEMENT_CACHE_SIZE + 10):
         d.heads_statement(n + 1)
     assert len(d.__dict__["_statements"]) <= clock.STATEMENT_CACHE_SIZE

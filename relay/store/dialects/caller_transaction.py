@@ -47,28 +47,14 @@ class ProducerStatements(Clock):
     """The producers' side: one new row, and the per-key sequence writers take turns on."""
 
     @cached
-    def insert_event(self, *, delayed: bool, ordered: bool) -> Insert:
-        """One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
-        ``delayed`` (claimable that long after the database's now). Built once per dialect and
-        shape: every ``relay.enqueue`` runs it (built anew, 60 µs of the writer's CPU)."""
+    def insert_event(self, *, delayed: bool) -> Insert:
+        """One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
+        long after the database's now). Built once per dialect and shape: every
+        ``relay.enqueue`` runs it (built anew, 60 µs of the writer's CPU)."""
         values = {name: _bound(name) for name in _EVENT_COLUMNS}
-        if ordered:
-            values["seq"] = _bound("seq")
         if delayed:
             values["next_retry_at"] = self.now_plus(bindparam("delay_seconds", type_=Float))
         return insert(outbox).values(**values)
-
-    def next_seq(self, conn: Connection, key: str) -> int:
-        """Lock key ``key``'s sequence row until the transaction ends and take its next number;
-        the key's first number also creates its progress row."""
-        seq = int(conn.execute(self.take_seq(), {"key": key}).scalar_one())
-        if seq == 1:
-            conn.execute(self.start_progress(), {"key": key})
-        return seq
-
-    def take_seq(self) -> Any:
-        """Insert key ``key`` at 1 or increment it, returning its number."""
-        raise NotImplementedError
 
     def reserve_key(self) -> Any:
         """Lock key ``key``'s sequence row, creating it at 0, without taking a number."""

@@ -74,3 +74,7 @@ class Clock:
     def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
         """Seconds between ``column`` and the database's current time."""
         raise NotImplementedError
+
+    def epoch_now(self) -> ColumnElement[float]:
+        """The database's current time in seconds since the epoch (UTC), a float."""
+        raise NotImplementedError

@@ -4,8 +4,8 @@ supplies its clock, locking and upserts.
 They sit on top of the application's (``relay.store.dialects.caller_transaction``) and the outcomes'
 (``relay.store.dialects.fenced_updates``); the operator's queries are in
 ``relay.store.dialects.operations``. The builders return SQLAlchemy Core
-statements and never execute them (except ``claim`` and ``next_seq``, which run several
-statements in the transaction they are given). A snapshot test compiles each one per dialect.
+statements and never execute them (except ``claim``, which runs several statements in the
+transaction it is given). A snapshot test compiles each one per dialect.
 
 A claim has two lanes. Unordered rows (``seq`` NULL) come from the oldest claimable ones. Ordered
 rows come per key: its head is the row numbered ``outbox_progress.sent_seq + 1``; a claim locks
@@ -17,6 +17,7 @@ number of rows waiting behind a head.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import (
@@ -26,9 +27,11 @@ from sqlalchemy import (
     CompoundSelect,
     Connection,
     Float,
+    Insert,
     Row,
     Select,
     Text,
+    Update,
     and_,
     bindparam,
     func,
@@ -37,13 +40,15 @@ from sqlalchemy import (
     tuple_,
     type_coerce,
     union_all,
+    update,
 )
 
 from relay.ordering import cut_runs
 from relay.store.dialects.caller_transaction import InboxStatements, ProducerStatements
 from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
-from relay.store.dispatch_path.claimsize import fit_bytes, text_bytes
+from relay.store.dialects.keys import KeyHeads
+from relay.store.dispatch_path.claimsize import Ask, fit_bytes, text_bytes
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
 
@@ -58,8 +63,13 @@ MAX_BYTES = bindparam("max_bytes", type_=BigInteger)
 FIRST_ANYWAY = bindparam("first_anyway", type_=Boolean)
 
 
-class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
-    """SQL for one database. Subclasses implement the clock and the claim."""
+class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
+    """SQL for one database. Subclasses implement the clock, the claim and the upserts."""
+
+    def _upsert_sent_counts(self, values: dict[str, Any]) -> Insert:
+        """Insert a row of ``outbox_sent_counts``, or add it to the row of its minute and
+        shard (``relay.store.dialects.purge.RetentionStatements.count_sent``)."""
+        raise NotImplementedError
 
     # -- claim -------------------------------------------------------------------------------
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -197,21 +207,15 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
     @cached
     def heads_statement(self, limit: int) -> Select[Any]:
         """Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked."""
-        return self.lock(
-            select(*self.place())
-            .select_from(
-                outbox_progress.join(
-                    outbox,
-                    and_(
-                        outbox.c.ordering_key == outbox_progress.c.ordering_key,
-                        outbox.c.seq == outbox_progress.c.sent_seq + 1,
-                    ),
-                )
-            )
-            .where(self.due())
-            .order_by(outbox.c.id)
-            .limit(limit)
+        return self.lock(self._due_heads(*self.place()).order_by(outbox.c.id).limit(limit))
+
+    def _due_heads(self, *columns: ColumnElement[Any]) -> Select[Any]:
+        """``columns`` of each key's head (number ``sent_seq + 1``) that is claimable now."""
+        head = and_(
+            outbox.c.ordering_key == outbox_progress.c.ordering_key,
+            outbox.c.seq == outbox_progress.c.sent_seq + 1,
         )
+        return select(*columns).select_from(outbox_progress.join(outbox, head)).where(self.due())
 
     @cached
     def run_statement(self) -> Select[Any]:
@@ -229,20 +233,8 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         """The bind parameters of :meth:`run_statement`."""
         return {"places": list(places)}
 
-    def claim_unordered(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-        first_anyway: bool = True,
-    ) -> list[Row[Any]]:
-        """Lease up to ``limit`` of the oldest claimable unordered rows to ``worker`` (expired
-        leases among them only when ``expired``), with ``max_bytes`` no more than that many
-        bytes of payload and headers, the first row whatever its size if ``first_anyway``."""
+    def claim_unordered(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
+        """Lease up to ``ask.limit`` of the oldest claimable unordered rows (:class:`Ask`)."""
         raise NotImplementedError
 
     def bound_params(self, max_bytes: int | None, first_anyway: bool) -> dict[str, Any]:
@@ -251,31 +243,35 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
             return {}
         return {"max_bytes": max_bytes, "first_anyway": first_anyway}
 
-    def lease_ids(
-        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[Row[Any]]:
-        """Lease the rows ``ids`` (locked by this transaction) and return them as claimed."""
+    @cached
+    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
+        """Lease the picked rows; bind ``ids``."""
+        return (
+            update(outbox)
+            .where(self._bound_ids())
+            .values(**self.lease_values(worker, lease_seconds))
+        )
+
+    def _bound_ids(self) -> ColumnElement[bool]:
+        """The rows whose ids are bound as ``ids``."""
+        return outbox.c.id.in_(bindparam("ids", expanding=True))
+
+    def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
+        """Lease the rows ``ids`` (locked by this transaction) as ``ask`` says and return them
+        as claimed."""
         raise NotImplementedError
 
-    def claim(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-    ) -> list[Row[Any]]:
-        """Lease up to ``limit`` rows to ``worker`` inside the open transaction: heads of keys
-        and the runs behind them, and the oldest unordered rows (unordered expired leases only
-        when ``expired``; a key's expired head is always found); each lane gets at least half
+    def claim(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
+        """Lease up to ``ask.limit`` rows inside the open transaction: heads of keys and the
+        runs behind them, and the oldest unordered rows (unordered expired leases only when
+        ``ask.expired``; a key's expired head is always found); each lane gets at least half
         of the batch when the other has work.
 
         With ``max_bytes`` the rows' payload and headers add up to no more than that, except
         that each lane takes its first row whatever its size (never stranded): the heads get
         up to half of the bytes, the unordered rows what the heads left, the runs behind the
         heads what is left then."""
+        limit, max_bytes = ask.limit, ask.max_bytes
         heads = conn.execute(self.heads_statement(limit)).all()
         # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
         # the next claim, this worker's pipelined one or another worker's: a backlog over a few
@@ -289,12 +285,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         rows: list[Row[Any]] = []
         if unordered_limit:
             rows = self.claim_unordered(
-                conn,
-                worker=worker,
-                limit=unordered_limit,
-                lease_seconds=lease_seconds,
-                expired=expired,
-                max_bytes=left_bytes,
+                conn, replace(ask, limit=unordered_limit, max_bytes=left_bytes)
             )
             if left_bytes is not None:
                 left_bytes -= _claimed_bytes(rows)
@@ -315,16 +306,9 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
         full = left_bytes is not None and left_bytes <= 0
         if left > 0 and len(rows) == unordered_limit and not full:
             # The runs were short and the unordered lane may have more: fill the batch.
-            rows += self.claim_unordered(
-                conn,
-                worker=worker,
-                limit=left,
-                lease_seconds=lease_seconds,
-                expired=expired,
-                max_bytes=left_bytes,
-                first_anyway=False,
-            )
-        return rows + self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
+            more = replace(ask, limit=left, max_bytes=left_bytes, first_anyway=False)
+            rows += self.claim_unordered(conn, more)
+        return rows + self.lease_ids(conn, ids, ask)
 
     def lease_values(self, worker: str, lease_seconds: float) -> dict[str, Any]:
         """The SET clause of a claim."""
@@ -338,20 +322,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements):
 
     def head_ids(self, limit: int) -> Select[Any]:
         """Ids of up to ``limit`` claimable heads of their key, unlocked, in no order."""
-        return (
-            select(outbox.c.id)
-            .select_from(
-                outbox_progress.join(
-                    outbox,
-                    and_(
-                        outbox.c.ordering_key == outbox_progress.c.ordering_key,
-                        outbox.c.seq == outbox_progress.c.sent_seq + 1,
-                    ),
-                )
-            )
-            .where(self.due())
-            .limit(limit)
-        )
+        return self._due_heads(outbox.c.id).limit(limit)
 
     def backlog(self, limit: int, *, expired: bool = True) -> Select[Any]:
         """How many unordered rows and heads of keys are claimable now, counting each no

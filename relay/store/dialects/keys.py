@@ -20,17 +20,42 @@ MariaDB, every number of the key below it: the sent history still kept.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, and_, bindparam, func, or_, select, true
+from sqlalchemy import Select, and_, bindparam, func, or_, select
 
 from relay.store.dialects.clock import FAILED, SENT
-from relay.store.dialects.dispatch_path import Dialect
 from relay.store.schema.tables import outbox, outbox_progress
+
+if TYPE_CHECKING:
+    from relay.store.dialects.dispatch_path import Dialect
 
 #: What a stalled key's row reports: the key, its progress, its head (NULL when missing: then
 #: ``last_seq``, the key's highest number, is above the head's).
 STALL_COLUMNS = ("ordering_key", "sent_seq", "id", "status", "last_error", "last_seq")
+
+
+class KeyHeads:
+    """Part of every dialect's builders (:class:`relay.store.dialects.dispatch_path.Dialect`):
+    how it reads each key's head and highest number, which PostgreSQL overrides."""
+
+    def _key_heads(self, last: Select[Any]) -> Select[Any]:
+        """Every key with its progress, its head (or NULLs), and ``last`` (its highest number,
+        correlated to ``outbox_progress``) as ``last_seq``."""
+        progress = outbox_progress.c
+        joined = outbox.alias("h")
+        place = and_(
+            joined.c.ordering_key == progress.ordering_key,
+            joined.c.seq == progress.sent_seq + 1,
+        )
+        return select(
+            progress.ordering_key,
+            progress.sent_seq,
+            joined.c.id,
+            joined.c.status,
+            joined.c.last_error,
+            last.correlate(outbox_progress).scalar_subquery().label("last_seq"),
+        ).select_from(outbox_progress.outerjoin(joined, place))
 
 
 class KeyStatements:
@@ -48,37 +73,16 @@ class KeyStatements:
 
     def _heads(self) -> Select[Any]:
         """Every key with its progress, its head (or NULLs) and its highest number."""
-        progress = outbox_progress.c
         last = (
             select(outbox.c.seq)
-            .where(outbox.c.ordering_key == progress.ordering_key, outbox.c.seq.is_not(None))
+            .where(
+                outbox.c.ordering_key == outbox_progress.c.ordering_key,
+                outbox.c.seq.is_not(None),
+            )
             .order_by(outbox.c.seq.desc())
             .limit(1)
         )
-        if self.dialect.name == "postgresql":
-            # LATERAL probes, never flattened into a join (as the claim's heads statement: as
-            # a plain join the planner may scan the table instead of one lookup per key).
-            head = select(outbox.c.id, outbox.c.status, outbox.c.last_error).where(
-                outbox.c.ordering_key == progress.ordering_key,
-                outbox.c.seq == progress.sent_seq + 1,
-            )
-            h, top = head.limit(1).lateral("h"), last.lateral("top")
-            return select(
-                progress.ordering_key, progress.sent_seq, *h.c, top.c.seq.label("last_seq")
-            ).select_from(outbox_progress.outerjoin(h, true()).outerjoin(top, true()))
-        joined = outbox.alias("h")
-        place = and_(
-            joined.c.ordering_key == progress.ordering_key,
-            joined.c.seq == progress.sent_seq + 1,
-        )
-        return select(
-            progress.ordering_key,
-            progress.sent_seq,
-            joined.c.id,
-            joined.c.status,
-            joined.c.last_error,
-            last.correlate(outbox_progress).scalar_subquery().label("last_seq"),
-        ).select_from(outbox_progress.outerjoin(joined, place))
+        return self.dialect._key_heads(last)
 
     def count_stalled(self, limit: int) -> Select[Any]:
         """How many keys are stalled, counted up to ``limit``."""
@@ -99,4 +103,4 @@ class KeyStatements:
         )
 
 
-__all__ = ["STALL_COLUMNS", "KeyStatements"]
+__all__ = ["STALL_COLUMNS", "KeyHeads", "KeyStatements"]

@@ -5,9 +5,6 @@ locked rows, so the claim is three statements in one short transaction: lock the
 claimable ids (skipping rows other claimers hold), lease exactly those ids, read them back.
 The row locks make the ids ours until commit, so no claim token is needed to tell them apart.
 
-A key's number is ``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)``, or for a new key
-``INSERT … ON DUPLICATE KEY UPDATE`` the same way, then ``SELECT LAST_INSERT_ID()``.
-
 Without partial indexes the unordered pick reads one status at a time, ``seq IS NULL``, from
 ``(status, seq, id)`` in id order:
 expired leases first (few: at most the in-flight rows), then due pending rows. ``IN`` over two
@@ -31,7 +28,6 @@ from sqlalchemy import (
     Row,
     Select,
     TextClause,
-    Update,
     bindparam,
     cast,
     delete,
@@ -40,15 +36,14 @@ from sqlalchemy import (
     select,
     text,
     type_coerce,
-    update,
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
 from relay.store.dialects.clock import cached
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.operations import Operations
-from relay.store.dispatch_path.claimsize import fit_bytes
-from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.dispatch_path.claimsize import Ask, fit_bytes
+from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence, sent_counts
 from relay.store.timestamps import UtcDateTime, utc_now
 
 _MICROSECOND: ColumnElement[Any] = literal_column("MICROSECOND")
@@ -73,6 +68,10 @@ class MySQLDialect(Dialect):
         micros = func.timestampdiff(_MICROSECOND, column, utc_now())
         return type_coerce(micros / literal_column("1000000.0"), Float)
 
+    def epoch_now(self) -> ColumnElement[float]:
+        """``UNIX_TIMESTAMP(NOW(6))``."""
+        return type_coerce(literal_column("UNIX_TIMESTAMP(NOW(6))"), Float)
+
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """``FOR UPDATE SKIP LOCKED`` (MariaDB has no ``OF``: joined rows are locked too)."""
         return stmt.with_for_update(skip_locked=True)
@@ -89,87 +88,33 @@ class MySQLDialect(Dialect):
         )
 
     @cached
-    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
-        """Lease the picked rows; bind ``ids``."""
-        return (
-            update(outbox)
-            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
-            .values(**self.lease_values(worker, lease_seconds))
-        )
-
-    @cached
     def claimed_statement(self) -> Select[Any]:
         """The leased rows as the claim returns them; bind ``ids``."""
         ids: Any = bindparam("ids", expanding=True)
         return select(*self.claim_columns()).where(outbox.c.id.in_(ids))
 
-    def claim_unordered(
-        self,
-        conn: Connection,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        max_bytes: int | None = None,
-        first_anyway: bool = True,
-    ) -> list[Row[Any]]:
+    def claim_unordered(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
         picked: list[Row[Any]] = []
-        lanes = (self.lease_expired(), self.pending_due()) if expired else (self.pending_due(),)
+        pending = self.pending_due()
+        lanes = (self.lease_expired(), pending) if ask.expired else (pending,)
         for due in lanes:
-            if len(picked) < limit:
-                picked += conn.execute(self.pick_statement(due, limit - len(picked))).all()
-        if max_bytes is not None:
+            if len(picked) < ask.limit:
+                picked += conn.execute(self.pick_statement(due, ask.limit - len(picked))).all()
+        if ask.max_bytes is not None:
             # The rows left out stay locked only until the claim commits.
             sizes = (row.size for row in picked)
-            picked = picked[: fit_bytes(sizes, max_bytes, first=first_anyway)]
-        ids = [row.id for row in picked]
-        return self.lease_ids(conn, ids, worker=worker, lease_seconds=lease_seconds)
+            picked = picked[: fit_bytes(sizes, ask.max_bytes, first=ask.first_anyway)]
+        return self.lease_ids(conn, [row.id for row in picked], ask)
 
-    def lease_ids(
-        self, conn: Connection, ids: Sequence[int], *, worker: str, lease_seconds: float
-    ) -> list[Row[Any]]:
+    def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
         if not ids:
             return []
         leased = conn.execute(
-            self.lease_statement(worker=worker, lease_seconds=lease_seconds), {"ids": ids}
+            self.lease_statement(worker=ask.worker, lease_seconds=ask.lease_seconds), {"ids": ids}
         ).rowcount
         # The ids are row-locked by this transaction: nobody can have changed them meanwhile.
         assert leased == len(ids), f"leased {leased} of {len(ids)} locked rows"
         return list(conn.execute(self.claimed_statement(), {"ids": list(ids)}).all())
-
-    def bump_seq(self) -> Update:
-        """``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``."""
-        return (
-            update(outbox_sequence)
-            .where(outbox_sequence.c.ordering_key == bindparam("key"))
-            .values(last_seq=func.last_insert_id(outbox_sequence.c.last_seq + 1))
-        )
-
-    def take_seq(self) -> Insert:
-        """``INSERT … VALUES (key, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq =
-        LAST_INSERT_ID(last_seq + 1)``: a new key (or one created meanwhile)."""
-        stmt = insert(outbox_sequence).values(
-            ordering_key=bindparam("key"), last_seq=func.last_insert_id(1)
-        )
-        return stmt.on_duplicate_key_update(
-            last_seq=func.last_insert_id(outbox_sequence.c.last_seq + 1)
-        )
-
-    def last_insert_id(self) -> Select[Any]:
-        """``SELECT LAST_INSERT_ID()``: the number the statement before set, per session."""
-        return select(func.last_insert_id())
-
-    def next_seq(self, conn: Connection, key: str) -> int:
-        """The row lock of an existing key is a plain UPDATE; only a key's first writer
-        inserts, which is where InnoDB can pick a deadlock victim among racing inserters (it
-        rolls the whole transaction back: the caller retries the transaction)."""
-        if conn.execute(self.bump_seq(), {"key": key}).rowcount == 0:
-            conn.execute(self.take_seq(), {"key": key})
-        seq = int(conn.execute(self.last_insert_id()).scalar_one())
-        if seq == 1:
-            conn.execute(self.start_progress(), {"key": key})
-        return seq
 
     def reserve_key(self) -> Insert:
         """``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it)."""
@@ -191,6 +136,15 @@ class MySQLDialect(Dialect):
             consumer=bindparam("consumer"), message_id=bindparam("message_id")
         )
         return stmt.prefix_with("IGNORE")
+
+    def _upsert_sent_counts(self, values: dict[str, Any]) -> Insert:
+        stmt = insert(sent_counts).values(values)
+        c, fresh = sent_counts.c, stmt.inserted
+        return stmt.on_duplicate_key_update(
+            sent=c.sent + fresh.sent,
+            lag_sum=c.lag_sum + fresh.lag_sum,
+            lag_max=func.greatest(c.lag_max, fresh.lag_max),
+        )
 
     def purge_inbox(self, conn: Connection, older_than_seconds: float, limit: int) -> int:
         """MySQL cannot select from the table a DELETE targets: the keys are read first."""

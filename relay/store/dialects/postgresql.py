@@ -11,24 +11,23 @@ import sqlalchemy as sa
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    ScalarSelect,
     Select,
+    Table,
     TextClause,
-    Update,
     bindparam,
     func,
     literal_column,
     select,
     type_coerce,
 )
-from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, Insert, insert
-from sqlalchemy.sql.dml import ReturningInsert
 
 from relay.store.dialects.clock import PROCESSING, cached
 from relay.store.dialects.dispatch_path import _PLACE
 from relay.store.dialects.operations import Operations
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import outbox, outbox_progress, outbox_sequence
 from relay.store.timestamps import ReadTimestamp
 
 _IDS = bindparam("ids", type_=ARRAY(sa.BigInteger))
@@ -61,6 +60,10 @@ class PostgresDialect(ReturningDialect):
     def seconds_since(self, column: ColumnElement[datetime]) -> ColumnElement[float]:
         """``extract(epoch from now() - column)``."""
         return sa.cast(func.extract("epoch", func.now() - column), sa.Float)
+
+    def epoch_now(self) -> ColumnElement[float]:
+        """``extract(epoch from now())``."""
+        return type_coerce(literal_column("extract(epoch from now())"), sa.Float)
 
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """``CAST(column AS TEXT)``: psycopg reads text in C, where its jsonb loader calls
@@ -101,42 +104,15 @@ class PostgresDialect(ReturningDialect):
         held = select(probe.c.id).select_from(keys.join(probe, sa.true())).scalar_subquery()
         return sa.and_(outbox.c.id == sa.any_(func.array(held)), outbox.c.locked_by == worker)
 
-    @cached
-    def claim_statement(
-        self,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        sized: bool = False,
-    ) -> Update:
-        """Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
-        same statement; ``sized``, only those within the bound bytes (:meth:`within_bytes`).
+    def _among(self, ids: ScalarSelect[Any]) -> ColumnElement[bool]:
+        # ``id = ANY(ARRAY(SELECT … SKIP LOCKED))``: the UPDATE finds each row through the
+        # primary key. Joined to a CTE instead, the planner hashes the whole table whenever it is
+        # small next to the batch (measured: a sequential scan of 20,000 rows in every claim of
+        # 1,000, about a third of its time).
+        return outbox.c.id == sa.any_(func.array(ids))
 
-        The locked ids are gathered into an array (``id = ANY(ARRAY(SELECT … SKIP LOCKED))``),
-        so the UPDATE finds each row through the primary key. Joined to a CTE instead, the
-        planner hashes the whole table whenever it is small next to the batch (measured: a
-        sequential scan of 20,000 rows in every claim of 1,000, about a third of its time)."""
-        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
-        if sized:
-            picked = self.within_bytes(picked)
-        return (
-            sa_update(outbox)
-            .where(outbox.c.id == sa.any_(func.array(picked.scalar_subquery())))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
-
-    @cached
-    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
-        """Lease the rows bound as ``ids`` (locked by this transaction), returning them."""
-        return (
-            sa_update(outbox)
-            .where(outbox.c.id == sa.any_(_IDS))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
+    def _bound_ids(self) -> ColumnElement[bool]:
+        return outbox.c.id == sa.any_(_IDS)
 
     def _probe(self, key: ColumnElement[Any], seq: ColumnElement[Any], locked: bool = True) -> Any:
         # A LATERAL probe with LIMIT 1 is never flattened into a join: each place is one
@@ -158,6 +134,19 @@ class PostgresDialect(ReturningDialect):
             outbox_progress.c.ordering_key, outbox_progress.c.sent_seq + 1, locked=False
         )
         return select(probe.c.id).select_from(outbox_progress.join(probe, sa.true())).limit(limit)
+
+    def _key_heads(self, last: Select[Any]) -> Select[Any]:
+        # LATERAL probes, never flattened into a join (as the claim's heads statement: as a
+        # plain join the planner may scan the table instead of one lookup per key).
+        progress = outbox_progress.c
+        head = select(outbox.c.id, outbox.c.status, outbox.c.last_error).where(
+            outbox.c.ordering_key == progress.ordering_key,
+            outbox.c.seq == progress.sent_seq + 1,
+        )
+        h, top = head.limit(1).lateral("h"), last.lateral("top")
+        return select(
+            progress.ordering_key, progress.sent_seq, *h.c, top.c.seq.label("last_seq")
+        ).select_from(outbox_progress.outerjoin(h, sa.true()).outerjoin(top, sa.true()))
 
     @cached
     def heads_statement(self, limit: int) -> Select[Any]:
@@ -192,14 +181,6 @@ class PostgresDialect(ReturningDialect):
         """Two parallel arrays for :meth:`run_statement`."""
         return {"run_keys": [p[0] for p in places], "run_seqs": [p[1] for p in places]}
 
-    def take_seq(self) -> ReturningInsert[Any]:
-        """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
-        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=1)
-        return stmt.on_conflict_do_update(
-            index_elements=[outbox_sequence.c.ordering_key],
-            set_={"last_seq": outbox_sequence.c.last_seq + 1},
-        ).returning(outbox_sequence.c.last_seq)
-
     def reserve_key(self) -> Insert:
         """``INSERT … (key, 0) ON CONFLICT DO UPDATE SET last_seq = last_seq`` (locks it)."""
         stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
@@ -208,18 +189,8 @@ class PostgresDialect(ReturningDialect):
             set_={"last_seq": outbox_sequence.c.last_seq},
         )
 
-    def start_progress(self) -> Insert:
-        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
-        stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
-        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
-
-    def inbox_claim(self) -> ReturningInsert[Any]:
-        """``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: psycopg reports no row
-        count here, so a returned row tells that it inserted."""
-        stmt = insert(inbox).values(
-            consumer=bindparam("consumer"), message_id=bindparam("message_id")
-        )
-        return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
+    def _insert(self, table: Table) -> Insert:
+        return insert(table)
 
     def id_sequence(self) -> Select[Any]:
         """The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.

@@ -7,7 +7,7 @@ are computed from the database's clock, as every time the relay compares.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -24,14 +24,12 @@ from sqlalchemy import (
     func,
     insert,
     literal,
-    literal_column,
     null,
     or_,
     select,
     type_coerce,
     update,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from relay.store.dialects.clock import PENDING, SENT, cached
 from relay.store.dialects.dispatch_path import Dialect
@@ -46,23 +44,12 @@ LAG_PROBE_ROWS = 32
 class RetentionStatements:
     """Retention's SQL over one database, on that database's clock."""
 
-    #: SQL of the database's clock as seconds since the epoch (UTC), a float.
-    EPOCH: ClassVar[dict[str, str]] = {
-        "postgresql": "extract(epoch from now())",
-        "mysql": "UNIX_TIMESTAMP(NOW(6))",
-        "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
-    }
-
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
 
-    def epoch_now(self) -> ColumnElement[float]:
-        """The database's clock in seconds since the epoch."""
-        return type_coerce(literal_column(self.EPOCH[self.dialect.name]), Float)
-
     def this_minute(self) -> ColumnElement[int]:
         """The database's current epoch minute."""
-        return cast(func.floor(self.epoch_now() / 60), BigInteger)
+        return cast(func.floor(self.dialect.epoch_now() / 60), BigInteger)
 
     # -- delete on send (the dispatch path) --------------------------------------------------
     @cached
@@ -75,34 +62,16 @@ class RetentionStatements:
     def count_sent(self) -> Insert:
         """Add ``b_sent`` events to this minute's count in shard ``b_shard``, with their lag
         from ``b_created_sum`` (the sum of their ``created_at`` epochs) and ``b_created_min``."""
-        now = self.epoch_now()
+        now = self.dialect.epoch_now()
         n = bindparam("b_sent", type_=BigInteger)
-        values = {
-            "minute": self.this_minute(),
-            "shard": bindparam("b_shard"),
-            "sent": n,
-            "lag_sum": n * now - bindparam("b_created_sum", type_=Float),
-            "lag_max": now - bindparam("b_created_min", type_=Float),
-        }
-        c = sent_counts.c
-        if self.dialect.name == "mysql":
-            stmt = mysql.insert(sent_counts).values(values)
-            fresh = stmt.inserted
-            return stmt.on_duplicate_key_update(
-                sent=c.sent + fresh.sent,
-                lag_sum=c.lag_sum + fresh.lag_sum,
-                lag_max=func.greatest(c.lag_max, fresh.lag_max),
-            )
-        upsert = postgresql.insert if self.dialect.name == "postgresql" else sqlite.insert
-        pg = upsert(sent_counts).values(values)
-        bigger = func.greatest if self.dialect.name == "postgresql" else func.max
-        return pg.on_conflict_do_update(
-            index_elements=[c.minute, c.shard],
-            set_={
-                "sent": c.sent + pg.excluded.sent,
-                "lag_sum": c.lag_sum + pg.excluded.lag_sum,
-                "lag_max": bigger(c.lag_max, pg.excluded.lag_max),
-            },
+        return self.dialect._upsert_sent_counts(
+            {
+                "minute": self.this_minute(),
+                "shard": bindparam("b_shard"),
+                "sent": n,
+                "lag_sum": n * now - bindparam("b_created_sum", type_=Float),
+                "lag_max": now - bindparam("b_created_min", type_=Float),
+            }
         )
 
     # -- the purger's lease and record -------------------------------------------------------

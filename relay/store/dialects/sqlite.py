@@ -20,21 +20,18 @@ from sqlalchemy import (
     Float,
     LargeBinary,
     Select,
-    Update,
+    Table,
     bindparam,
     cast,
     func,
     literal,
     literal_column,
     type_coerce,
-    update,
 )
 from sqlalchemy.dialects.sqlite import Insert, insert
-from sqlalchemy.sql.dml import ReturningInsert
 
-from relay.store.dialects.clock import cached
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence
+from relay.store.schema.tables import outbox_sequence
 from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 
@@ -61,69 +58,26 @@ class SQLiteDialect(ReturningDialect):
         days = func.julianday(literal_column("'now'")) - func.julianday(column)
         return type_coerce(days * literal_column("86400.0"), Float)
 
+    def epoch_now(self) -> ColumnElement[float]:
+        """``(julianday('now') - 2440587.5) * 86400``."""
+        return type_coerce(literal_column("((julianday('now') - 2440587.5) * 86400.0)"), Float)
+
     def text_bytes(self, text: ColumnElement[Any]) -> ColumnElement[int]:
         """``length(CAST(text AS BLOB))``: bytes, where ``length`` of text counts characters
         (``octet_length`` arrived only in SQLite 3.43)."""
         return func.length(cast(text, LargeBinary))
 
-    @cached
-    def claim_statement(
-        self,
-        *,
-        worker: str,
-        limit: int,
-        lease_seconds: float,
-        expired: bool = True,
-        sized: bool = False,
-    ) -> Update:
-        """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
-        the bound bytes: :meth:`within_bytes`), returning them."""
-        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
-        if sized:
-            picked = self.within_bytes(picked)
-        return (
-            update(outbox)
-            .where(outbox.c.id.in_(picked.scalar_subquery()))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
-
     def lock(self, stmt: Select[Any]) -> Select[Any]:
         """Unchanged: the transaction already holds the database's write lock."""
         return stmt
-
-    @cached
-    def lease_statement(self, *, worker: str, lease_seconds: float) -> Update:
-        """Lease the rows bound as ``ids``, returning them."""
-        return (
-            update(outbox)
-            .where(outbox.c.id.in_(bindparam("ids", expanding=True)))
-            .values(**self.lease_values(worker, lease_seconds))
-            .returning(*self.claim_columns())
-        )
-
-    def take_seq(self) -> ReturningInsert[Any]:
-        """``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``."""
-        stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=1)
-        return stmt.on_conflict_do_update(
-            index_elements=[outbox_sequence.c.ordering_key],
-            set_={"last_seq": outbox_sequence.c.last_seq + 1},
-        ).returning(outbox_sequence.c.last_seq)
 
     def reserve_key(self) -> Insert:
         """``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes."""
         stmt = insert(outbox_sequence).values(ordering_key=bindparam("key"), last_seq=0)
         return stmt.on_conflict_do_nothing(index_elements=[outbox_sequence.c.ordering_key])
 
-    def start_progress(self) -> Insert:
-        """``INSERT … (key, 0) ON CONFLICT DO NOTHING`` into ``outbox_progress``."""
-        stmt = insert(outbox_progress).values(ordering_key=bindparam("key"), sent_seq=0)
-        return stmt.on_conflict_do_nothing(index_elements=[outbox_progress.c.ordering_key])
+    def _insert(self, table: Table) -> Insert:
+        return insert(table)
 
-    def inbox_claim(self) -> ReturningInsert[Any]:
-        """``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
-        inserted."""
-        stmt = insert(inbox).values(
-            consumer=bindparam("consumer"), message_id=bindparam("message_id")
-        )
-        return stmt.on_conflict_do_nothing().returning(inbox.c.consumer)
+    def _greatest(self, a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+        return func.max(a, b)  # SQLite's max() of two or more arguments is the larger

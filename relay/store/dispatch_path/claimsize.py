@@ -1,5 +1,6 @@
-"""How much one claim takes under ``RELAY_BATCH_MAX_BYTES``: the prefix of rows that fits, a
-claimed text's bytes, and how many rows the next claim reads (:class:`ClaimFit`).
+"""What one claim asks for (:class:`Ask`) and how much it takes under ``RELAY_BATCH_MAX_BYTES``:
+the prefix of rows that fits, a claimed text's bytes, and how many rows the next claim reads
+(:class:`ClaimFit`).
 
 Pure: no I/O, no clock, no third-party import; the dialects and the dispatch store call it.
 """
@@ -8,6 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a claim asks for: up to ``limit`` rows leased to ``worker`` for ``lease_seconds``,
+    unordered expired leases among them only when ``expired``; with ``max_bytes`` no more than
+    that many bytes of payload and headers, the first row whatever its size if
+    ``first_anyway``."""
+
+    worker: str
+    limit: int
+    lease_seconds: float
+    expired: bool = True
+    max_bytes: int | None = None
+    first_anyway: bool = True
 
 
 def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> int:

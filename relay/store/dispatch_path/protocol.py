@@ -1,8 +1,9 @@
 """What the dispatcher and its lease keeper need of a store, as a protocol.
 
 :class:`relay.store.dispatch_path.store.DispatchStore` implements it over a database and
-:class:`relay.testing.InMemoryStore` in plain Python, so the dispatcher's decisions can be
-unit-tested on doubles. No SQLAlchemy here: ``relay.testing`` imports this module.
+:class:`relay.testing.InMemoryStore` in plain Python (a subclass: it takes the protocol's
+:meth:`Store.complete_and_claim`), so the dispatcher's decisions can be unit-tested on
+doubles. No SQLAlchemy here: ``relay.testing`` imports this module.
 """
 
 from __future__ import annotations
@@ -47,8 +48,13 @@ class Store(Protocol):
         lease_seconds: float,
         expired: bool = True,
     ) -> tuple[Completed, list[ClaimedEvent]]:
-        """Record a batch's outcomes and lease the next batch at once."""
-        ...
+        """Record a batch's outcomes and lease the next batch at once. This default, for a
+        store that subclasses the protocol, does one and then the other; a database store does
+        both in one transaction."""
+        done = self.complete(
+            worker, sent=sent, rescheduled=rescheduled, buried=buried, released=released
+        )
+        return done, self.claim(worker, limit, lease_seconds, expired=expired)
 
     def release(
         self, worker: str, events: Sequence[ClaimedEvent], delay_seconds: float, error: str

@@ -17,7 +17,7 @@ from relay import ordering
 from relay.config import Settings, timing
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.dialects.purge import RetentionStatements
-from relay.store.dispatch_path.claimsize import ClaimFit, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, ClaimFit, text_bytes
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.schema.eventids import default_source
 from relay.store.transactions import BaseStore, executemany
@@ -53,32 +53,17 @@ class DispatchStore(BaseStore):
         self.retention = RetentionStatements(self.dialect)
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        source: str | None = None,
-        delete_on_send: bool = False,
-        batch_max_bytes: int | None = None,
-        **engine_kwargs: Any,
-    ) -> Self:
-        engine = create_engine(url, **engine_kwargs)
-        return cls(
-            engine, source=source, delete_on_send=delete_on_send, batch_max_bytes=batch_max_bytes
-        )
-
-    @classmethod
     def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
         """The store every relay process dispatches through: ``RELAY_DATABASE_URL``, with
         ``RELAY_SOURCE`` as its messages' source, deleting at send with ``RELAY_DELETE_ON_SEND``,
         every call bounded by deadlines derived from the lease (:func:`dispatch_engine_kwargs`),
         its claims bounded by ``RELAY_BATCH_MAX_BYTES``."""
-        return cls.from_url(
-            settings.database_url,
+        engine_kwargs = {**dispatch_engine_kwargs(settings), **engine_kwargs}
+        return cls(
+            create_engine(settings.database_url, **engine_kwargs),
             source=settings.source,
             delete_on_send=settings.delete_on_send,
             batch_max_bytes=settings.batch_max_bytes,
-            **{**dispatch_engine_kwargs(settings), **engine_kwargs},
         )
 
     # -- the dispatch cycle ----------------------------------------------------------------
@@ -128,14 +113,8 @@ class DispatchStore(BaseStore):
     ) -> list[ClaimedEvent]:
         max_bytes = self.batch_max_bytes
         asked = limit if max_bytes is None else self._fit.ask(limit)
-        rows = self.dialect.claim(
-            conn,
-            worker=worker,
-            limit=asked,
-            lease_seconds=lease_seconds,
-            expired=expired,
-            max_bytes=max_bytes,
-        )
+        ask = Ask(worker, asked, lease_seconds, expired=expired, max_bytes=max_bytes)
+        rows = self.dialect.claim(conn, ask)
         if max_bytes is not None:
             got_bytes = sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)
             self._fit.claimed(asked, len(rows), got_bytes, max_bytes)
@@ -162,34 +141,13 @@ class DispatchStore(BaseStore):
             self._count_sent(conn, worker, ordered, n_ordered)
             n_sent += n_ordered
         if rescheduled:
-            n_resched = executemany(
-                conn,
-                self.dialect.reschedule(),
-                [
-                    {
-                        "b_id": r.event.id,
-                        "b_attempt": r.event.attempt,
-                        "b_worker": worker,
-                        "b_delay": r.delay_seconds,
-                        "b_error": r.error,
-                    }
-                    for r in rescheduled
-                ],
-            )
+            again = [
+                (r.event, {"b_delay": r.delay_seconds, "b_error": r.error}) for r in rescheduled
+            ]
+            n_resched = executemany(conn, self.dialect.reschedule(), _fenced(worker, again))
         if buried:
-            n_buried = executemany(
-                conn,
-                self.dialect.bury(),
-                [
-                    {
-                        "b_id": b.event.id,
-                        "b_attempt": b.event.attempt,
-                        "b_worker": worker,
-                        "b_error": b.error,
-                    }
-                    for b in buried
-                ],
-            )
+            failed = [(b.event, {"b_error": b.error}) for b in buried]
+            n_buried = executemany(conn, self.dialect.bury(), _fenced(worker, failed))
         for group in released:
             n_released += self._release(conn, worker, group)
         expected = len(sent) + len(rescheduled) + len(buried) + sum(len(r.events) for r in released)
@@ -299,6 +257,16 @@ def dispatch_engine_kwargs(settings: Settings) -> dict[str, Any]:
     watchdog abandoning any call past a third of it (:mod:`relay.store.watchdog`), so that a
     server that stops answering is noticed before the leases it holds run out."""
     return {"deadlines": timing.database_deadlines(settings.lease_seconds), "abandon_calls": True}
+
+
+def _fenced(
+    worker: str, outcomes: Sequence[tuple[ClaimedEvent, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Each row's outcome parameters with those that fence it (one statement per row)."""
+    return [
+        {"b_id": e.id, "b_attempt": e.attempt, "b_worker": worker, **params}
+        for e, params in outcomes
+    ]
 
 
 def _keys(events: Sequence[ClaimedEvent]) -> list[tuple[int, int]]:

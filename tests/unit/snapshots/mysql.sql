@@ -52,9 +52,6 @@ INSERT INTO relay_heartbeats (name, beat_at) VALUES (%s, (UTC_TIMESTAMP(6)));
 -- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
 UPDATE relay_heartbeats SET beat_at=(UTC_TIMESTAMP(6)) WHERE relay_heartbeats.name = %s;
 
--- bump_seq: ``UPDATE … SET last_seq = LAST_INSERT_ID(last_seq + 1)`` for key ``key``.
-UPDATE outbox_sequence SET last_seq=last_insert_id(outbox_sequence.last_seq + %s) WHERE outbox_sequence.ordering_key = %s;
-
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
@@ -186,11 +183,8 @@ FROM relay_inbox
 WHERE relay_inbox.received_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) ORDER BY relay_inbox.received_at
  LIMIT %s);
 
--- insert_event: One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
-INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, seq) VALUES (%s, %s, %s, %s, timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), %s);
-
--- last_insert_id: ``SELECT LAST_INSERT_ID()``: the number the statement before set, per session.
-SELECT last_insert_id() AS last_insert_id_1;
+-- insert_event: One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at) VALUES (%s, %s, %s, %s, timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))));
 
 -- lease_statement: Lease the picked rows; bind ``ids``.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %s), locked_by=%s, locked_until=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id IN (__[POSTCOMPILE_ids]);
@@ -334,9 +328,6 @@ INSERT IGNORE INTO outbox_progress (ordering_key, sent_seq) VALUES (%s, %s);
 
 -- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
 UPDATE relay_purger SET holder=%s, expires_at=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) WHERE relay_purger.name = %s AND (relay_purger.holder IS NULL OR relay_purger.holder = %s OR relay_purger.expires_at < (UTC_TIMESTAMP(6)));
-
--- take_seq: ``INSERT … VALUES (key, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq =
-INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, last_insert_id(%s)) ON DUPLICATE KEY UPDATE last_seq = last_insert_id(outbox_sequence.last_seq + %s);
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
 SELECT anon_1.id, anon_1.size

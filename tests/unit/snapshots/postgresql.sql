@@ -68,7 +68,7 @@ UPDATE relay_heartbeats SET beat_at=now() WHERE relay_heartbeats.name = %(b_name
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
 
--- claim_statement: Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
+-- claim_statement: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT anon_1.id
 FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
@@ -83,7 +83,7 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
  LIMIT %(param_3)s::INTEGER) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id;
 
--- claim_statement[expired=False]: Claimable rows (:meth:`unordered_ids`), locked with SKIP LOCKED and leased in the
+-- claim_statement[expired=False]: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT anon_1.id
 FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
@@ -223,7 +223,7 @@ SELECT pg_get_serial_sequence(%(param_1)s, %(param_2)s::VARCHAR) AS pg_get_seria
 -- idle_in_transaction_timeout: ``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off).
 SHOW idle_in_transaction_session_timeout;
 
--- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: psycopg reports no row
+-- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
 INSERT INTO relay_inbox (consumer, message_id) VALUES (%(consumer)s::VARCHAR, %(message_id)s::VARCHAR) ON CONFLICT DO NOTHING RETURNING relay_inbox.consumer;
 
 -- inbox_delete: Delete the inbox rows whose ``(consumer, message_id)`` are bound as ``keys``.
@@ -241,10 +241,10 @@ FROM relay_inbox
 WHERE relay_inbox.received_at < now() + %(param_1)s * interval '1 second' ORDER BY relay_inbox.received_at
  LIMIT %(param_2)s::INTEGER);
 
--- insert_event: One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
-INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, seq) VALUES (%(event_type)s::VARCHAR, %(payload)s::JSONB, %(headers)s::JSONB, %(ordering_key)s::VARCHAR, (now() + %(delay_seconds)s * interval '1 second'), %(seq)s::BIGINT) RETURNING outbox.id;
+-- insert_event: One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at) VALUES (%(event_type)s::VARCHAR, %(payload)s::JSONB, %(headers)s::JSONB, %(ordering_key)s::VARCHAR, (now() + %(delay_seconds)s * interval '1 second')) RETURNING outbox.id;
 
--- lease_statement: Lease the rows bound as ``ids`` (locked by this transaction), returning them.
+-- lease_statement: Lease the rows bound as ``ids``, returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id;
 
 -- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
@@ -409,9 +409,6 @@ INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (%(key)s::VARCHAR, %
 
 -- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
 UPDATE relay_purger SET holder=%(b_holder)s::VARCHAR, expires_at=(now() + %(b_seconds)s * interval '1 second') WHERE relay_purger.name = %(b_name)s::VARCHAR AND (relay_purger.holder IS NULL OR relay_purger.holder = %(b_holder)s::VARCHAR OR relay_purger.expires_at < now());
-
--- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
-INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + %(last_seq_1)s::BIGINT) RETURNING outbox_sequence.last_seq;
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
 SELECT anon_1.id, anon_1.size

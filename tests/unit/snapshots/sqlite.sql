@@ -200,8 +200,8 @@ FROM relay_inbox
 WHERE relay_inbox.received_at < strftime(?, 'now', printf(?, ?)) ORDER BY relay_inbox.received_at
  LIMIT ? OFFSET ?);
 
--- insert_event: One new event; bind its columns, ``seq`` when ``ordered``, ``delay_seconds`` when
-INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, seq) VALUES (?, ?, ?, ?, strftime(?, 'now', printf(?, ?)), ?);
+-- insert_event: One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at) VALUES (?, ?, ?, ?, strftime(?, 'now', printf(?, ?)));
 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id;
@@ -339,9 +339,6 @@ INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (?, ?) ON CONFLICT (
 
 -- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
 UPDATE relay_purger SET holder=?, expires_at=strftime(?, 'now', printf(?, ?)) WHERE relay_purger.name = ? AND (relay_purger.holder IS NULL OR relay_purger.holder = ? OR relay_purger.expires_at < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
-
--- take_seq: ``INSERT … ON CONFLICT DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq``.
-INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = (outbox_sequence.last_seq + ?) RETURNING last_seq;
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
 SELECT anon_1.id, anon_1.size
