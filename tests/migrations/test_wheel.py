@@ -51,7 +51,7 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
     # The package says it is typed (PEP 561), so mypy reads its annotations in an application.
     assert "relay/py.typed" in names
     code = (
-        "import sys, relay; from relay.store import upgrade\n"
+        "import sys, relay; from relay.store.schema import upgrade\n"
         f"assert relay.__file__.startswith({str(site)!r}), relay.__file__\n"
         f"relay.migrate({pg_url!r}, 'head'); upgrade.check({pg_url!r})\n"
     )
