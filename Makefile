@@ -1,9 +1,9 @@
-# Habits: `make demo`, `make test`, `make lint`, `make bench`. Every target sets itself up.
+# Habits: `make demo`, `make test`, `make test-unit`, `make lint`, `make bench`. Every target sets itself up.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-quick lint format bench bench-quick docs docs-config dist release-check clean
+.PHONY: setup demo test test-unit test-quick lint format bench bench-quick docs docs-config dist release-check clean
 
 $(BIN)/relay: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,13 @@ demo: $(DEMO_VENV)/bin/relay
 test: setup
 	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" --durations=20
 	$(BIN)/pytest -m serial --durations=10
+
+# The fast tier, with no server: the unit tests and the documentation's examples (which run on the
+# embedded default, SQLite and filesystem://), two at a time, each file or page on one worker
+# (a page's blocks share a namespace). RELAY_TEST_NO_SERVICES fails any test that reaches for a
+# server, up or not, and leaves out a page with a block that needs one (tests/support/services.py).
+test-unit: setup
+	RELAY_TEST_NO_SERVICES=1 $(BIN)/pytest -n 2 --dist loadfile tests/unit README.md docs
 
 test-quick: setup
 	$(BIN)/pytest -n 2 --dist loadfile -m "not slow and not serial"

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
@@ -32,6 +33,8 @@ ROOT = Path(__file__).resolve().parent
 #: The documents whose Python blocks run; a glob, so new pages need no change here.
 DOC_PATTERNS = ("README.md", "docs/*.md")
 _STATE = "_relay_docs_state"
+#: What a block calls for a database server of its own (see the module's docstring).
+_SERVER = "service_url("
 
 
 def _setup(namespace: dict[str, Any]) -> None:
@@ -84,6 +87,24 @@ def _teardown(namespace: dict[str, Any]) -> None:
         del os.environ[name]
     os.environ.update(state["env"])
     shutil.rmtree(state["folder"], ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A run that allows no server (``make test-unit``, ``RELAY_TEST_NO_SERVICES``) leaves out the
+    pages with a block calling ``service_url``: ``make test`` runs them."""
+    from tests.support import services
+
+    if not services.NO_SERVICES:
+        return
+    # A page's blocks share one namespace: the whole page goes.
+    needs_server = {
+        item.path
+        for item in items
+        if _SERVER in str(getattr(getattr(item, "example", None), "parsed", ""))
+    }
+    if needs_server:
+        config.hook.pytest_deselected(items=[i for i in items if i.path in needs_server])
+        items[:] = [i for i in items if i.path not in needs_server]
 
 
 pytest_collect_file = Sybil(

@@ -9,6 +9,9 @@ from urllib.parse import urlsplit
 import pytest
 
 IN_CI = bool(os.environ.get("CI"))
+#: Set by ``make test-unit``: the run allows no server, so a test reaching for one fails, up or
+#: down, since it does not belong to the fast tier.
+NO_SERVICES = bool(os.environ.get("RELAY_TEST_NO_SERVICES"))
 
 PG_ADMIN_URL = os.environ.get(
     "RELAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -34,7 +37,14 @@ def reachable(url: str) -> bool:
 
 
 def require(name: str, url: str) -> None:
-    """Skip (locally) or fail (``CI`` set) the current test when ``url``'s server is down."""
+    """Skip (locally) or fail (``CI`` set) the current test when ``url``'s server is down; fail
+    it, up or down, when the run allows no server (:data:`NO_SERVICES`)."""
+    if NO_SERVICES:
+        pytest.fail(
+            f"{name}: this run allows no server (RELAY_TEST_NO_SERVICES, `make test-unit`): "
+            "a test that needs one belongs outside tests/unit",
+            pytrace=False,
+        )
     try:
         _connect(url)
     except OSError as exc:
