@@ -11,6 +11,18 @@ from typing import Any
 
 import kombu
 
+#: Every wait of a test's own AMQP connection has a deadline: a test interrupted mid-read (by its
+#: pytest timeout) leaves the connection out of step, and the next method would otherwise wait
+#: for its reply for good, in a teardown no timeout covers.
+_AMQP_DEADLINES = {"read_timeout": 30, "write_timeout": 30}
+
+
+def _connection(url: str) -> kombu.Connection:
+    amqp = url.split("://")[0] in ("amqp", "amqps", "pyamqp")
+    return kombu.Connection(
+        url, connect_timeout=5, transport_options=dict(_AMQP_DEADLINES) if amqp else None
+    )
+
 
 @dataclass(frozen=True)
 class Received:
@@ -46,7 +58,7 @@ class Collector:
         self.url = url
         self.exchange = kombu.Exchange(exchange, type="topic", durable=True)
         self.queue_name = queue or f"{exchange}.q"
-        self.conn = kombu.Connection(url)
+        self.conn = _connection(url)
         self.channel = self.conn.channel()
         self.queue = kombu.Queue(
             self.queue_name,
@@ -90,18 +102,29 @@ class Collector:
         return True
 
     def close(self, delete: bool = True) -> None:
+        """Delete the queue and the exchange (``delete``) and close the connection; when the
+        connection fails at it (left out of step by an interrupted test), give it up and delete
+        them over a fresh one."""
+        failures: tuple[type[BaseException], ...] = (
+            OSError,
+            *self.conn.connection_errors,
+            *self.conn.channel_errors,
+        )
         try:
             if delete:
                 self.queue.delete()
                 self.exchange(self.channel).delete()
-        finally:
-            self.conn.release()
+        except failures:
+            self.conn.collect()
+            remove(self.url, exchange=self.exchange.name, queues=[self.queue_name])
+            return
+        self.conn.release()
 
 
 def remove(url: str, *, exchange: str | None = None, queues: Iterable[str] = ()) -> None:
     """Delete a test's queues and exchange from the broker at ``url`` (absent ones included:
     RabbitMQ deletes idempotently), so a run leaves no queue or exchange behind."""
-    with kombu.Connection(url, connect_timeout=3) as conn, suppress(*conn.channel_errors):
+    with _connection(url) as conn, suppress(*conn.channel_errors):
         channel = conn.default_channel
         for name in queues:
             kombu.Queue(name, channel=channel).delete()
