@@ -90,7 +90,9 @@ def database(
         if source is None:
             upgrade.upgrade(url)
         else:
-            code = "import sys; from relay.store.schema import upgrade; upgrade.upgrade(sys.argv[1])"
+            code = (
+                "import sys; from relay.store.schema import upgrade; upgrade.upgrade(sys.argv[1])"
+            )
             env = {**os.environ, "PYTHONPATH": source}
             subprocess.run([sys.executable, "-c", code, url], env=env, check=True)
         yield url
