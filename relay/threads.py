@@ -57,9 +57,13 @@ class Background:
     """
 
     def __init__(self, name: str, target: Callable[[], None]) -> None:
-        self._target = target
         self._stop = Stop()
-        self._thread = threading.Thread(target=self._guarded, name=name, daemon=True)
+        # ``target`` is handed to the thread, not kept here: a thread drops its target when it
+        # ends, so a finished one holds nothing (``target`` is usually a bound method of the
+        # subclass: kept here, it would tie the object into a cycle that only the collector
+        # frees, with whatever it holds, a lease keeper's batch of events among them).
+        self._thread = threading.Thread(target=self._guarded, args=(target,), name=name)
+        self._thread.daemon = True
 
     def start(self) -> Self:
         self._thread.start()
@@ -72,9 +76,9 @@ class Background:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
-    def _guarded(self) -> None:
+    def _guarded(self, target: Callable[[], None]) -> None:
         try:
-            self._target()
+            target()
         except Exception:
             log.exception("%s ended on an unexpected error", self._thread.name)
 
