@@ -40,6 +40,7 @@ from relay.publishers.kombu_connection import kombu_message
 from relay.publishers.message import OutgoingMessage
 from relay.records import ClaimedEvent
 from relay.store.dispatch_path.store import DispatchStore
+from relay.store.engine import create_engine
 
 
 class _Confirms:
@@ -253,8 +254,8 @@ def sql_worker(stop: threading.Event) -> None:
     idle = float(os.environ.get("RELAY_TICK_SECONDS", "1"))
     # The byte bound as the relay runs it (RELAY_BATCH_MAX_BYTES or its default).
     max_bytes = os.environ.get("RELAY_BATCH_MAX_BYTES")
-    store = DispatchStore.from_url(
-        os.environ["RELAY_DATABASE_URL"],
+    store = DispatchStore(
+        create_engine(os.environ["RELAY_DATABASE_URL"]),
         batch_max_bytes=int(max_bytes) if max_bytes else Settings().batch_max_bytes,
     )
     worker = make_worker_id()
