@@ -27,11 +27,8 @@ demo: $(DEMO_VENV)/bin/relay
 
 # Two at a time (pytest-xdist), then the timing-sensitive tests (marker `serial`: latency bounds,
 # pauses) alone, since a second test on the same two cores would distort what they measure.
-# --no-loadscope-reorder hands the files out in collection order, tests/acceptance (a few long
-# tests a file) first and the many short files last, so the two workers finish together; xdist's
-# default order, most tests a file first, left the longest files for the end, on one worker.
 test: setup
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=20
+	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" --durations=20
 	$(BIN)/pytest -m serial --durations=10
 
 # The fast tier, with no server: the unit tests and the documentation's examples (which run on the
@@ -42,7 +39,7 @@ test-unit: setup
 	RELAY_TEST_NO_SERVICES=1 $(BIN)/pytest -n 2 --dist loadfile tests/unit README.md docs
 
 test-quick: setup
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"
+	$(BIN)/pytest -n 2 --dist loadfile -m "not slow and not serial"
 
 lint: setup
 	$(BIN)/ruff check .
