@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -79,6 +80,9 @@ outbox = Table(
     #: written by the database on insert. NULL only on rows sent before migration 0010, whose
     #: messages went out with the outbox id (that id is sent again if one is ever rebuilt).
     Column("event_id", String(EVENT_ID_LENGTH), nullable=True, server_default=new_event_id()),
+    #: The row's deadline: claimed after it, the row is dead-lettered, never published. NULL:
+    #: none (``RELAY_EXPIRE_AFTER`` may give one at enqueue). Since migration 0015.
+    Column("expires_at", Timestamp, nullable=True),
     CheckConstraint(f"status IN ({STATUSES})", name="status"),
     CheckConstraint("attempt >= 0", name="attempt"),
     sqlite_autoincrement=True,
@@ -250,6 +254,38 @@ sent_counts = Table(
     Column("sent", BigInteger, nullable=False),
     Column("lag_sum", Float, nullable=False),
     Column("lag_max", Float, nullable=False),
+)
+
+#: What a pause can hold back: rows of an event type (a pattern), of an ordering key, or every
+#: row of a database (by its name in ``RELAY_DATABASES``).
+PAUSE_KINDS = ("event_type", "key", "database")
+
+#: The pauses in force, one row each, written by ``relay pause`` and the console and read by
+#: every relay of the database: a paused row stays ``pending`` and is not claimed.
+pauses = Table(
+    "relay_pauses",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),
+    #: The event-type pattern, the ordering key, or the database name.
+    Column("value", String(255), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("paused_by", String(255), nullable=True),
+    Column("paused_at", Timestamp, nullable=False, server_default=utc_now()),
+    UniqueConstraint("kind", "value"),
+    CheckConstraint("kind IN ({})".format(", ".join(f"'{k}'" for k in PAUSE_KINDS)), name="kind"),
+    sqlite_autoincrement=True,
+)
+
+#: One token bucket per rate limit (``RELAY_RATE_LIMITS``), named by its event-type pattern and
+#: shared by every relay of the database: a claim of a limited type takes tokens from its row,
+#: refilled by the database clock since ``refilled_at``.
+rate_buckets = Table(
+    "relay_rate_buckets",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", Timestamp, nullable=False, server_default=utc_now()),
 )
 
 #: Every table the relay's migrations own (Alembic's comparison looks at these only).
