@@ -13,7 +13,11 @@ Tree (and where each is raised)::
     │                             relay.publishers.queue_replay, relay.replays.replayer
     ├── StoreError              the outbox database failed
     │   │                         relay.store (SQLAlchemy errors, ``from exc``)
-    │   └── DatabaseUnavailable the database could not be reached; retryable
+    │   ├── DatabaseUnavailable the database could not be reached; retryable
+    │   ├── SchemaOutOfDate     the outbox schema is older than this relay needs (names
+    │   │                         `relay migrate`); relay.store.schema.compat
+    │   └── LockWaitExceeded    a migration waited for its locks longer than it may (names
+    │                             who held them); relay.migrations.lock_retries
     └── PublishError            the events broker failed, or refused one message
         │                         relay.publishers
         ├── EventUnsendable     a claimed row cannot become a message (the row's fault, never
@@ -78,6 +82,15 @@ class DatabaseUnavailable(StoreError):
     retryable = True
 
 
+class SchemaOutOfDate(StoreError):
+    """The outbox schema is older than this relay needs: run `relay migrate`."""
+
+
+class LockWaitExceeded(StoreError):
+    """A migration gave up waiting for its locks: the revision in progress rolled back, the
+    ones before it stay applied."""
+
+
 class PublishError(RelayError):
     """The events broker failed."""
 
@@ -114,10 +127,12 @@ __all__ = [
     "DatabaseUnavailable",
     "EventError",
     "EventUnsendable",
+    "LockWaitExceeded",
     "MessageRefused",
     "PublishError",
     "RelayError",
     "ReplayRefused",
+    "SchemaOutOfDate",
     "SelectorError",
     "StoreError",
 ]

@@ -35,6 +35,7 @@ from relay.observe.observers import Observer, Observers
 from relay.publishers import Publisher
 from relay.store.dispatch_path.store import DispatchStore, dispatch_engine_kwargs
 from relay.store.engine import APPLICATION_NAME
+from relay.store.schema import compat
 
 if TYPE_CHECKING:
     from relay.config.databases import Fleet
@@ -140,6 +141,8 @@ class Runtime:
         self._operations: OperationsStore | None = None
         self._purger: Purger | None = None
         self._pid = 0
+        #: Whether the schema was found new enough (once per runtime, :meth:`dispatcher`).
+        self._schema_checked = False
         #: Whether the dispatcher's publisher is this runtime's own (closed with it), not a
         #: worker thread's that it was lent.
         self._owns_publisher = False
@@ -166,6 +169,11 @@ class Runtime:
             )
             assert isinstance(relay.store, DispatchStore)  # from_settings built it
             self._store, self._pid = relay.store, os.getpid()
+        if not self._schema_checked:
+            # Refuses a schema older than this code reads (SchemaOutOfDate, before any claim);
+            # a database that cannot be reached now is looked at again at the next use.
+            assert self._store is not None  # built with the dispatcher
+            self._schema_checked = compat.require(self._store.engine, self.name)
         elif publisher_ is not None:
             self._dispatcher.publisher, self._owns_publisher = publisher_, False
         return self._dispatcher

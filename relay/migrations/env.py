@@ -4,11 +4,14 @@ so it never collides with the application's own Alembic history in the same data
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from alembic import context
 from sqlalchemy import Connection
 
 from relay.config.urls import normalize_url
+from relay.migrations import lock_retries
+from relay.migrations.online import OPTION, LockPolicy
 from relay.store.engine import create_engine
 from relay.store.schema.tables import TABLES, applies_to, metadata
 
@@ -31,23 +34,44 @@ def run_migrations_offline() -> None:
         target_metadata=metadata,
         version_table=VERSION_TABLE,
         literal_binds=True,
+        # A revision with a concurrent index build commits around it: one transaction a
+        # revision, as online.
+        transaction_per_migration=True,
     )
     with context.begin_transaction():
         context.run_migrations()
 
 
+def _policy() -> LockPolicy:
+    """The lock policy ``relay migrate`` asked for (``relay.store.schema.upgrade``), or the
+    defaults."""
+    defaults = LockPolicy()
+    return LockPolicy(
+        lock_timeout_ms=int(config.attributes.get("lock_timeout_ms", defaults.lock_timeout_ms)),
+        max_wait_seconds=float(
+            config.attributes.get("max_lock_wait_seconds", defaults.max_wait_seconds)
+        ),
+    )
+
+
+def _extra(policy: LockPolicy | None) -> dict[str, Any]:
+    """``context.configure``'s own options for the revisions (``relay.migrations.online``)."""
+    return {OPTION: policy}
+
+
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        _run(connection)
+        # A caller's transaction (the Django bridge): its DDL runs as it comes, no retries.
+        _run(connection, None)
         return
     engine = create_engine(_url())
     with engine.connect() as conn:
-        _run(conn)
+        _run(conn, _policy())
     engine.dispose()
 
 
-def _run(connection: Connection) -> None:
+def _run(connection: Connection, policy: LockPolicy | None) -> None:
     context.configure(
         connection=connection,
         target_metadata=metadata,
@@ -58,9 +82,19 @@ def _run(connection: Connection) -> None:
             and (reflected or applies_to(obj, connection.dialect.name))
         ),
         render_as_batch=True,
+        transaction_per_migration=policy is not None,
+        **_extra(policy),
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    if policy is None:
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+
+    def migrate() -> None:
+        with context.begin_transaction():
+            context.run_migrations()
+
+    lock_retries.run(connection, migrate, policy, say=lambda line: print(line, flush=True))
 
 
 if context.is_offline_mode():

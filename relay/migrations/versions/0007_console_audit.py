@@ -1,9 +1,9 @@
 """The web console: ``relay_audit`` (who did what, the filter, how many rows, when) and
 ``ix_outbox_sent_at`` (the last hour's throughput and lag charts read that hour only).
 
-On a large PostgreSQL outbox, build the index beforehand without blocking writers
-(``CREATE INDEX CONCURRENTLY ix_outbox_sent_at ON outbox (sent_at)``): this revision then finds
-it and does nothing more for it.
+The index is built first, CONCURRENTLY on PostgreSQL (outside the revision's transaction) and
+in place without a lock on MariaDB (:func:`relay.migrations.online.create_index`): writers go
+on meanwhile. An index of that name built beforehand is kept.
 
 Revision ID: 0007
 Revises: 0006
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from relay.migrations import frozen
+from relay.migrations import frozen, online
 
 revision = "0007"
 down_revision = "0006"
@@ -24,7 +24,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    dialect = op.get_context().dialect.name
+    # First: on MariaDB DDL commits as it goes, and a retry after a lock timeout on the outbox
+    # must not find the new table made already.
+    online.create_index("ix_outbox_sent_at", ["sent_at"])
     op.create_table(
         "relay_audit",
         sa.Column(
@@ -45,12 +47,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_relay_audit")),
         sqlite_autoincrement=True,
     )
-    if dialect in frozen.MYSQL:
-        op.create_index("ix_outbox_sent_at", "outbox", ["sent_at"])
-    else:
-        op.create_index("ix_outbox_sent_at", "outbox", ["sent_at"], if_not_exists=True)
 
 
 def downgrade() -> None:
-    op.drop_index("ix_outbox_sent_at", table_name="outbox")
     op.drop_table("relay_audit")
+    online.drop_index("ix_outbox_sent_at")

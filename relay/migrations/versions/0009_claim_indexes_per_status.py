@@ -9,10 +9,9 @@ from the table to see that its lease still ran. A row has the same number of ind
 before: its pending version one in ``ix_outbox_pending``, its processing version one in
 ``ix_outbox_leases``.
 
-On a large PostgreSQL outbox, build both first without blocking writers (``CREATE INDEX
-CONCURRENTLY ix_outbox_pending ON outbox (id) WHERE status = 'pending' AND seq IS NULL``,
-``CREATE INDEX CONCURRENTLY ix_outbox_leases ON outbox (locked_until) WHERE locked_until IS
-NOT NULL AND seq IS NULL``): this revision then finds them and only drops the old index.
+PostgreSQL builds both CONCURRENTLY and drops the old one CONCURRENTLY, each outside the
+revision's transaction (:mod:`relay.migrations.online`): writers go on meanwhile. Indexes of
+those names built beforehand are kept.
 
 Revision ID: 0009
 Revises: 0008
@@ -21,10 +20,9 @@ Create Date: 2026-12-01
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
 
-from relay.migrations import frozen
+from relay.migrations import frozen, online
 
 revision = "0009"
 down_revision = "0008"
@@ -39,24 +37,17 @@ INDEXES = {
 CLAIMABLE = "status IN ('pending', 'processing') AND seq IS NULL"
 
 
-def _partial(name: str, column: str, where: str) -> None:
-    rows = sa.text(where)
-    op.create_index(
-        name, "outbox", [column], postgresql_where=rows, sqlite_where=rows, if_not_exists=True
-    )
-
-
 def upgrade() -> None:
     if op.get_context().dialect.name in frozen.MYSQL:
         return
     for name, (column, where) in INDEXES.items():
-        _partial(name, column, where)
-    op.drop_index("ix_outbox_claimable", table_name="outbox", if_exists=True)
+        online.create_index(name, [column], where=where)
+    online.drop_index("ix_outbox_claimable")
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name in frozen.MYSQL:
         return
-    _partial("ix_outbox_claimable", "id", CLAIMABLE)
+    online.create_index("ix_outbox_claimable", ["id"], where=CLAIMABLE)
     for name in INDEXES:
-        op.drop_index(name, table_name="outbox", if_exists=True)
+        online.drop_index(name)

@@ -8,7 +8,10 @@
   published.
 
 Online: two new tables and a nullable column without a default (a change of the catalogue
-only, on PostgreSQL and on MariaDB's ``ALGORITHM=INSTANT``); no row of ``outbox`` is rewritten.
+only, on PostgreSQL and on MariaDB's ``ALGORITHM=INSTANT, LOCK=NONE``); no row of ``outbox``
+is rewritten. Its lock on ``outbox`` is taken under the short lock timeout of
+:mod:`relay.migrations.online`, so a long report holding the outbox open delays the migration,
+never the writers.
 Relays of 1.1 ignore all three and keep working beside the new ones.
 
 Revision ID: 0015
@@ -34,6 +37,17 @@ PAUSE_KINDS = "'event_type', 'key', 'database'"
 
 def upgrade() -> None:
     dialect = op.get_context().dialect.name
+    # The outbox first: it is the one table a live relay and the application hold, so the one
+    # statement that may time out on a lock (and be retried); on MariaDB, whose DDL commits
+    # as it goes, a retry then finds nothing of this revision made yet.
+    column = sa.Column("expires_at", frozen.timestamp(), nullable=True)
+    if dialect in frozen.MYSQL:
+        op.execute(
+            "ALTER TABLE outbox ADD COLUMN expires_at DATETIME(6) NULL,"
+            " ALGORITHM=INSTANT, LOCK=NONE"
+        )
+    else:
+        op.add_column("outbox", column)
     op.create_table(
         "relay_pauses",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -54,11 +68,6 @@ def upgrade() -> None:
         frozen.clock_column("refilled_at"),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_relay_rate_buckets")),
     )
-    column = sa.Column("expires_at", frozen.timestamp(), nullable=True)
-    if dialect in frozen.MYSQL:
-        op.execute("ALTER TABLE outbox ADD COLUMN expires_at DATETIME(6) NULL, ALGORITHM=INSTANT")
-    else:
-        op.add_column("outbox", column)
 
 
 def downgrade() -> None:
