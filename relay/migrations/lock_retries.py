@@ -26,7 +26,8 @@ from relay.policy import Backoff
 POSTGRESQL_LOCK_TIMEOUT = "55P03"
 MYSQL_LOCK_WAIT_TIMEOUT = 1205
 #: The table a DDL statement names, for the message only.
-_TABLE = re.compile(r"\b(?:TABLE|ON|INTO|UPDATE|INDEX)\s+(?:IF (?:NOT )?EXISTS\s+)?\"?(\w+)", re.I)
+_ON = re.compile(r"\bON\s+\"?(\w+)", re.I)
+_TABLE = re.compile(r"\b(?:TABLE|INTO|UPDATE)\s+(?:IF (?:NOT )?EXISTS\s+)?\"?(\w+)", re.I)
 
 
 def is_lock_timeout(exc: DBAPIError) -> bool:
@@ -40,7 +41,7 @@ def is_lock_timeout(exc: DBAPIError) -> bool:
 
 def table_of(statement: str | None) -> str:
     """The table the statement that timed out names (``outbox`` when it names none)."""
-    found = _TABLE.search(statement or "")
+    found = _ON.search(statement or "") or _TABLE.search(statement or "")
     return found.group(1) if found else "outbox"
 
 
