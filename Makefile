@@ -80,6 +80,12 @@ release-check: dist
 	$(WHEEL_VENV)/bin/pip install --quiet --upgrade pip
 	$(WHEEL_VENV)/bin/pip install --quiet dist/*.whl
 	run=$$(mktemp -d) && cd "$$run" && $(CURDIR)/$(WHEEL_VENV)/bin/relay demo && rm -rf "$$run"
+	# relay migrate --check and --sql from the wheel: not at head (1), migrated, at head (0),
+	# the SQL of the last revision for a DBA.
+	run=$$(mktemp -d) && cd "$$run" && export RELAY_DATABASE_URL="sqlite:///$$run/check.sqlite3" \
+	  RELAY_BROKER_URL=memory:// && relay=$(CURDIR)/$(WHEEL_VENV)/bin/relay \
+	  && { $$relay migrate --check; test $$? -eq 1; } && $$relay migrate && $$relay migrate --check \
+	  && $$relay migrate --sql --from 0014 | grep -q "expires_at" && rm -rf "$$run"
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) $(WHEEL_VENV) dist .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker* site

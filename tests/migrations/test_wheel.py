@@ -69,3 +69,47 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
         assert "outbox" in sa.inspect(engine).get_table_names()
     finally:
         engine.dispose()
+
+    def relay(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            "PYTHONPATH": str(site),
+            "PATH": "/usr/bin:/bin",
+            "RELAY_DATABASE_URL": pg_url,
+            "RELAY_BROKER_URL": "memory://",
+        }
+        code = "from relay.commands import main; raise SystemExit(main())"
+        return subprocess.run(
+            [sys.executable, "-c", code, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    # For a deploy pipeline: at head, exit 0; for a DBA: the last revision's SQL, offline.
+    at_head = relay("migrate", "--check")
+    assert at_head.returncode == 0, at_head.stdout + at_head.stderr
+    assert "at head" in at_head.stdout
+    sql = relay("migrate", "--sql", "--from", "0014")
+    assert sql.returncode == 0, sql.stderr
+    assert "ALTER TABLE outbox ADD COLUMN expires_at" in sql.stdout
+    assert "UPDATE relay_alembic_version SET version_num='0015'" in sql.stdout
+    # Taken down a revision, the check fails naming both revisions.
+    down = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import relay.migrations; from relay.store.schema import"
+            f" upgrade; upgrade.downgrade({pg_url!r}, '0014')",
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert down.returncode == 0, down.stderr
+    behind = relay("migrate", "--check")
+    assert behind.returncode == 1, behind.stdout + behind.stderr
+    assert "at 0014, head is 0015" in behind.stdout

@@ -81,9 +81,14 @@ class Worker:
 class Fleet:
     """Starts and stops relay workers; every process is reaped by :meth:`stop`."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], log_dir: Path, *, binary: str = RELAY_BIN, prefix: str = "w"
+    ) -> None:
+        """``binary``: the ``relay`` script to run (another release's, in an upgrade);
+        ``prefix`` names the workers apart when two fleets share a database."""
         self.env = env
         self.log_dir = log_dir
+        self.binary, self.prefix = binary, prefix
         self.workers: list[Worker] = []
         self._seq = 0
 
@@ -92,7 +97,7 @@ class Fleet:
         started = []
         for _ in range(n):
             self._seq += 1
-            name = f"w{self._seq}"
+            name = f"{self.prefix}{self._seq}"
             path = self.log_dir / f"relay-{name}.log"
             log = path.open("wb")
             env = dict(self.env)
@@ -102,7 +107,7 @@ class Fleet:
                 url = url.update_query_dict({"application_name": f"relay-{name}"})
                 env["RELAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
             proc = subprocess.Popen(
-                [RELAY_BIN, "dispatch", "--loop"], env=env, stdout=log, stderr=log
+                [self.binary, "dispatch", "--loop"], env=env, stdout=log, stderr=log
             )
             started.append(Worker(name, proc, path, log))
         self.workers.extend(started)
