@@ -85,7 +85,7 @@ release-check: dist
 	run=$$(mktemp -d) && cd "$$run" && export RELAY_DATABASE_URL="sqlite:///$$run/check.sqlite3" \
 	  RELAY_BROKER_URL=memory:// && relay=$(CURDIR)/$(WHEEL_VENV)/bin/relay \
 	  && { $$relay migrate --check; test $$? -eq 1; } && $$relay migrate && $$relay migrate --check \
-	  && $$relay migrate --sql --from 0014 | grep -q "expires_at" && rm -rf "$$run"
+	  && $$relay migrate --sql --from 0014 | grep "expires_at" >/dev/null && rm -rf "$$run"
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) $(WHEEL_VENV) dist .mypy_cache .ruff_cache .pytest_cache relay.sqlite3* relay-broker* site

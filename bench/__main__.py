@@ -25,6 +25,7 @@ from bench import (
     costs,
     fairness,
     latency,
+    migrations,
     ordering,
     producers,
     replay,
@@ -129,6 +130,11 @@ class Plan:
     replay_rate: int = 5_000
     replay_live_rate: int = 200
     replay_seconds: float = 60.0
+    #: bench.migrations (issue 48): sent rows on each database, and how long the report holds
+    #: the outbox open while ``relay migrate`` runs.
+    migrations_pg_rows: int = 1_000_000
+    migrations_mariadb_rows: int = 300_000
+    migrations_report_seconds: float = 8.0
 
 
 FULL = Plan(
@@ -230,6 +236,9 @@ QUICK = Plan(
     retention_rate=500,
     replay_rows=30_000,
     replay_seconds=3.0,
+    migrations_pg_rows=20_000,
+    migrations_mariadb_rows=10_000,
+    migrations_report_seconds=2.0,
 )
 
 #: The setting the ``delete_on_send`` section runs the relay with beside its defaults.
@@ -308,6 +317,9 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     ),
     "replay": lambda p: replay.run(
         p.replay_rows, p.replay_rate, p.replay_live_rate, p.replay_seconds
+    ),
+    "migrations": lambda p: migrations.run(
+        p.migrations_pg_rows, p.migrations_mariadb_rows, p.migrations_report_seconds
     ),
 }
 

@@ -151,11 +151,12 @@ def run(
     lock timeout with a growing pause, and give up past ``policy.max_wait_seconds``."""
     backoff = Backoff(policy.first_retry_seconds, policy.most_retry_seconds)
     started, retry = clock(), 0
-    set_lock_timeout(connection, policy)
     while True:
         if connection.dialect.name in MYSQL:
             deadline = started + policy.max_wait_seconds
             _until_no_long_transaction(connection, policy, say, sleep, deadline, clock)
+        # Each try: a concurrent index build cut short left its longer timeout on the session.
+        set_lock_timeout(connection, policy)
         try:
             migrate()
             return
