@@ -18,7 +18,7 @@ front in sorted order to avoid that.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -50,6 +50,8 @@ def enqueue(
     headers: Mapping[str, Any] | None = None,
     ordering_key: str | None = None,
     delay: timedelta | float | None = None,
+    expires_at: datetime | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> int:
     """Write one event into the outbox in the caller's transaction; returns its id.
 
@@ -63,6 +65,8 @@ def enqueue(
         headers=headers,
         ordering_key=ordering_key,
         delay=delay,
+        expires_at=expires_at,
+        expires_in=expires_in,
     )
 
 
