@@ -59,7 +59,8 @@ def _deadlines(dialect: str) -> tuple[str, str]:
 def _plain_sql_rows(engine: sa.Engine, n: int = 20) -> tuple[list[int], list[int]]:
     """``n`` rows past their deadline and ``n`` before it, interleaved, by plain SQL; their ids."""
     past, future = _deadlines(engine.dialect.name)
-    expired, live = [], []
+    expired: list[int] = []
+    live: list[int] = []
     with engine.begin() as conn:
         for i in range(2 * n):
             deadline = past if i % 2 else future
