@@ -72,7 +72,7 @@ def failed(store: OperationsStore, args: argparse.Namespace) -> int:
         done = act(f, dry_run=True)
         if args.json:
             out = {"matched": done.matched, "changed": 0, "dry_run": True}
-            print(json.dumps(out | ({"expired": done.expired} if args.action == "retry" else {})))
+            print(json.dumps(out | ({"expired": done.expired} if done.expired else {})))
             return 0
         _table(rows)
         verb = "retry" if args.action == "retry" else "purge"

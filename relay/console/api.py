@@ -111,7 +111,7 @@ def routes(c: Console) -> list[Route]:
                 lambda: act(c.store, verb, f, dry_run=dry_run, actor=actor, values=body)
             )
             out = {"matched": done.matched, "changed": done.changed}
-            return JSONResponse(out | ({"expired": done.expired} if verb == "retry" else {}))
+            return JSONResponse(out | ({"expired": done.expired} if done.expired else {}))
 
         return run
 

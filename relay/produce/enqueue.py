@@ -56,7 +56,10 @@ def enqueue(
     """Write one event into the outbox in the caller's transaction; returns its id.
 
     A rollback of that transaction leaves no event. Bad input raises ``EventError`` naming the
-    field, before anything is written.
+    field, before anything is written. A deadline, ``expires_at`` (an aware datetime) or
+    ``expires_in`` (seconds or a timedelta after the event is due, ``delay`` included), else
+    the type's ``RELAY_EXPIRE_AFTER`` default: the relay dead-letters the event unpublished
+    if it claims it later (docs/producing.md, "Deadlines").
     """
     return default().enqueue(
         session_or_connection,

@@ -419,7 +419,7 @@ def test_retrying_expired_events_needs_a_new_deadline_or_none(engine: sa.Engine)
         assert 'name="expires_in"' in page.text
         assert c.post("/actions/run", data=form).status_code == 400
         r = c.post("/api/events/retry", json={"ids": other, "no_expiry": True}, headers=bearer())
-        assert r.json() == {"matched": 1, "changed": 1, "expired": 0}
+        assert r.json() == {"matched": 1, "changed": 1}
         done = c.post("/actions/run", data=form | {"expires_in": "1h"})
         assert 'id="changed">2<' in done.text
     found = rows.rows(engine, *late)
