@@ -44,6 +44,12 @@ class ClaimedEvent:
     #: The message id unique across outboxes (``outbox.event_id``); None on a row sent before
     #: migration 0010, whose message carries the outbox id as it did then.
     event_id: str | None = None
+    #: The row's ``expires_at`` had passed by the database's clock when it was claimed: it is
+    #: dead-lettered on this attempt without being published.
+    expired: bool = False
+    #: That deadline, read only for an expired row (None otherwise): an aware datetime, or
+    #: what the claim read when it is no time Python holds.
+    expires_at: Any = None
     #: The outbox the row came from, as the CloudEvents ``source`` (``RELAY_SOURCE``).
     source: str | None = None
     #: Why this row cannot become a message (:meth:`from_claims` finds it: ``headers_fault``,
@@ -72,7 +78,19 @@ class ClaimedEvent:
             values = [value for value, _ in decoded]
             faults = [why for _, why in decoded]
         events = []
-        for i, (id_, event_type, _, _, key, attempt, created_at, seq, eid) in enumerate(rows):
+        for i, (
+            id_,
+            event_type,
+            _,
+            _,
+            key,
+            attempt,
+            created_at,
+            seq,
+            eid,
+            expired,
+            deadline,
+        ) in enumerate(rows):
             headers = values[2 * i + 1]
             defect = None
             if faults is not None and (faults[2 * i] or faults[2 * i + 1]):
@@ -100,6 +118,8 @@ class ClaimedEvent:
                     created_at,
                     seq,
                     eid,
+                    bool(expired),
+                    deadline,
                     source,
                     defect,
                 )

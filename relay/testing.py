@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from relay.exceptions import BrokerUnavailable, EventUnsendable
@@ -102,6 +102,8 @@ class Row:
     #: Random per row, as the database's default gives it (migration 0010).
     event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     last_error: str | None = None
+    #: The deadline (``outbox.expires_at``), a reading of the store's clock; None: none.
+    expires_at: float | None = None
 
 
 @dataclass
@@ -132,8 +134,10 @@ class InMemoryStore(Store):
         headers: Mapping[str, Any] | None = None,
         ordering_key: str | None = None,
         delay_seconds: float = 0.0,
+        expires_in_seconds: float | None = None,
     ) -> int:
-        """Enqueue a row (as ``relay.enqueue`` commits one); returns its id."""
+        """Enqueue a row (as ``relay.enqueue`` commits one, its deadline ``expires_in_seconds``
+        after it is due); returns its id."""
         seq = None
         if ordering_key is not None:
             seq = 1 + sum(1 for r in self.rows.values() if r.ordering_key == ordering_key)
@@ -141,6 +145,8 @@ class InMemoryStore(Store):
         row = Row(next(self._ids), event_type, payload, headers, ordering_key, seq, _now())
         if delay_seconds:
             row.next_retry_at = self.clock() + delay_seconds
+        if expires_in_seconds is not None:
+            row.expires_at = self.clock() + delay_seconds + expires_in_seconds
         self.rows[row.id] = row
         return row.id
 
@@ -166,7 +172,7 @@ class InMemoryStore(Store):
             row.status, row.locked_by = Status.PROCESSING, worker
             row.attempt += 1
             row.locked_until = now + lease_seconds
-            picked.append(_claimed(row, self.source))
+            picked.append(_claimed(row, self.source, now))
         return picked
 
     def complete(
@@ -264,7 +270,11 @@ class InMemoryStore(Store):
         return n
 
 
-def _claimed(row: Row, source: str) -> ClaimedEvent:
+def _claimed(row: Row, source: str, now: float) -> ClaimedEvent:
+    expired = row.expires_at is not None and row.expires_at <= now
+    deadline = None
+    if expired and row.expires_at is not None:  # as a claim reads it: an aware time
+        deadline = _now() - timedelta(seconds=now - row.expires_at)
     return ClaimedEvent(
         row.id,
         row.event_type,
@@ -275,6 +285,8 @@ def _claimed(row: Row, source: str) -> ClaimedEvent:
         row.created_at,
         row.seq,
         event_id=row.event_id,
+        expired=expired,
+        expires_at=deadline,
         source=source,
         # As a database store reads a row's headers: ones no message can carry mark a defect.
         defect=headers_fault(row.headers),

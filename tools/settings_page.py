@@ -73,6 +73,12 @@ MEANING: dict[str, str] = {
     "is treated as a broker outage (attempts given back). Also the AMQP connect and read "
     "timeouts and heartbeat (a write stalled 5 s, or this if shorter, is cut)",
     "max_payload_bytes": "largest payload `enqueue` (and `send_task`) accepts, encoded as JSON",
+    "expire_after": "default deadline per event type, `PATTERN=DURATION,...` "
+    "(`orders.reminder=1h,orders.*=1d,*=7d`; durations `30s`, `15m`, `1h`, `7d`, `2w`, or "
+    "`never`): an event enqueued without `expires_at`/`expires_in` (a Celery task without "
+    "`expires`) expires that long after it is due; the most specific pattern wins, whatever "
+    "the order. Read by the producer, once per process, at the first enqueue "
+    "([Events that expire](operations.md#events-that-expire))",
     "queue": "Celery queue of the relay's own tasks (`relay.claim_and_dispatch`, `relay.tick`, "
     "`relay.purge_sent`)",
     "max_fanout": "most `claim_and_dispatch` tasks one tick starts: about the fleet's worker "

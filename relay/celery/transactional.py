@@ -40,7 +40,8 @@ def send_task(
     task id. The relay publishes it once the transaction committed and the countdown or
     ``eta`` is due, as a standard protocol-2 message routed as ``app.send_task`` would route
     it (resolved now, from ``app``, default the current app), with the same task id on every
-    attempt; an ``expires`` that passed before publishing leaves the row ``failed`` unsent.
+    attempt. ``expires`` becomes the row's ``expires_at``: a task claimed past it is
+    dead-lettered (``failed``, "expired at …") unpublished, as any event past its deadline.
     """
     message = task_message(
         name,
@@ -61,6 +62,7 @@ def send_task(
         headers=headers,
         ordering_key=ordering_key,
         delay=message.delay,
+        expires_at=message.expires_at,
     )
     return message.task_id
 
@@ -75,6 +77,8 @@ class TaskMessage(NamedTuple):
     task: dict[str, Any]
     #: Seconds until due (countdown or eta), or None.
     delay: float | None
+    #: The task's ``expires`` as an aware time (the row's ``expires_at``), or None.
+    expires_at: datetime | None = None
 
 
 def task_message(
@@ -106,7 +110,7 @@ def task_message(
     message = app.amqp.as_task_v2(task_id, name, call_args, call_kwargs, expires=expires)
     task = {**route, "headers": message.headers, "properties": message.properties}
     body = _json_ready("args", list(message.body))
-    return TaskMessage(task_id, body, task, delay)
+    return TaskMessage(task_id, body, task, delay, _deadline(message.headers.get("expires")))
 
 
 class TransactionalTask(Task):  # type: ignore[type-arg]  # any task's arguments and result
@@ -154,6 +158,15 @@ def _delay_of(countdown: float | None, eta: datetime | None) -> float | None:
     if eta.tzinfo is None:
         raise EventError("eta", "must be timezone-aware")
     return max(0.0, (eta - datetime.now(UTC)).total_seconds())
+
+
+def _deadline(expires: str | None) -> datetime | None:
+    """The ``expires`` header Celery wrote (ISO 8601) as an aware time; a naive one is UTC, as
+    the relay has always read it."""
+    if not expires:
+        return None
+    deadline = datetime.fromisoformat(expires)
+    return deadline if deadline.tzinfo is not None else deadline.replace(tzinfo=UTC)
 
 
 def _route(app: Celery, options: Mapping[str, Any]) -> dict[str, Any]:

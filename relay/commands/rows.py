@@ -5,8 +5,9 @@ runs, a table for people and ``--json`` for scripts."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from relay.commands import command
@@ -17,7 +18,7 @@ from relay.records import Status
 from relay.store.operations.filters import EventFilter, parse_duration, parse_when
 
 if TYPE_CHECKING:
-    from relay.store.operations.store import OperationsStore
+    from relay.store.operations.store import Changed, OperationsStore
 
 #: Columns of the table, with their widths (the last one takes the rest of the line).
 _COLUMNS = (("id", 10), ("event_type", 28), ("key", 16), ("status", 10), ("att", 4))
@@ -60,18 +61,28 @@ def failed(store: OperationsStore, args: argparse.Namespace) -> int:
     f = event_filter(args, (Status.FAILED,))
     if args.action == "list":
         return _list(store, f, args, "no failed events")
-    act = store.retry_failed if args.action == "retry" else store.purge_failed
+    act: Callable[..., Changed] = store.purge_failed
+    if args.action == "retry":
+        act = functools.partial(
+            store.retry_failed, expires_in=args.expires_in, no_expiry=args.no_expiry
+        )
     if args.dry_run:
         f.for_action(args.action)  # refuse an empty selector before showing anything
         rows = store.list_events(f, limit=20)
         done = act(f, dry_run=True)
         if args.json:
-            print(json.dumps({"matched": done.matched, "changed": 0, "dry_run": True}))
+            out = {"matched": done.matched, "changed": 0, "dry_run": True}
+            print(json.dumps(out | ({"expired": done.expired} if done.expired else {})))
             return 0
         _table(rows)
         verb = "retry" if args.action == "retry" else "purge"
         more = f" (the first {len(rows)} shown)" if done.matched > len(rows) else ""
         print(f"dry run: would {verb} {done.matched} failed events{more}; nothing changed")
+        if done.expired:
+            print(
+                f"{done.expired} of them are past their deadline: the retry needs "
+                "--expires-in DURATION (a new deadline) or --no-expiry (none)"
+            )
         return 0
     done = act(f)
     if args.json:
@@ -136,13 +147,24 @@ def _failed_arguments(p: argparse.ArgumentParser) -> None:
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_filters(fsub.add_parser("list", help="list failed events, oldest first"), action=False)
     for name, verb in (("retry", "put back to pending with fresh attempts"), ("purge", "delete")):
-        add_filters(
-            fsub.add_parser(
-                name,
-                help=f"{verb} failed events: ids, a filter or --all (nothing without one)",
-            ),
-            action=True,
+        sub = fsub.add_parser(
+            name, help=f"{verb} failed events: ids, a filter or --all (nothing without one)"
         )
+        add_filters(sub, action=True)
+        if name == "retry":
+            deadline = sub.add_mutually_exclusive_group()
+            deadline.add_argument(
+                "--expires-in",
+                type=parse_duration,
+                metavar="DURATION",
+                help="give every retried event a new deadline this long from now (30m, 2h); "
+                "needed when the selection holds events past their deadline",
+            )
+            deadline.add_argument(
+                "--no-expiry",
+                action="store_true",
+                help="clear the retried events' deadline (or use --expires-in)",
+            )
 
 
 def _pending_arguments(p: argparse.ArgumentParser) -> None:

@@ -67,6 +67,11 @@ class Settings:
     tick_seconds: float = 1.0
     confirm_timeout_seconds: float = 10.0
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    #: Default deadline per event type, ``PATTERN=DURATION,...`` (``orders.reminder=1h,*=7d``;
+    #: the most specific pattern wins; ``never``: none): an event enqueued without
+    #: ``expires_at``/``expires_in`` expires that long after it is due, and a row past its
+    #: deadline is dead-lettered unpublished (``relay.config.expiry``). Read by the producer.
+    expire_after: str | None = None
     #: Celery queue of the relay's own tasks (claim_and_dispatch, tick, purge_sent).
     queue: str = "relay"
     #: Most claim_and_dispatch tasks one tick sends: about the fleet's worker process count.

@@ -108,9 +108,10 @@ def routes(c: Console) -> list[Route]:
             body = await _body(request)
             dry_run, f, actor = _selection(body, cred)
             done = await run_in_threadpool(
-                lambda: act(c.store, verb, f, dry_run=dry_run, actor=actor)
+                lambda: act(c.store, verb, f, dry_run=dry_run, actor=actor, values=body)
             )
-            return JSONResponse({"matched": done.matched, "changed": done.changed})
+            out = {"matched": done.matched, "changed": done.changed}
+            return JSONResponse(out | ({"expired": done.expired} if done.expired else {}))
 
         return run
 

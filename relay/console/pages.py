@@ -215,7 +215,9 @@ def routes(c: Console) -> list[Route]:
         verb, f = _action(form)
         if verb == "replay":
             return await replaying(request, cred, form, f, dry_run=True)
-        done = await run_in_threadpool(lambda: act(c.store, verb, f, dry_run=True, actor=None))
+        done = await run_in_threadpool(
+            lambda: act(c.store, verb, f, dry_run=True, actor=None, values=form)
+        )
         rows = await run_in_threadpool(c.store.list_events, f, PREVIEW_ROWS, None)
         fields = _filter_params(form)
         if f.all:
@@ -247,7 +249,9 @@ def routes(c: Console) -> list[Route]:
         if verb == "replay":
             return await replaying(request, cred, form, f, dry_run=False)
         actor = Actor(cred.name, cred.role, "console")
-        done = await run_in_threadpool(lambda: act(c.store, verb, f, dry_run=False, actor=actor))
+        done = await run_in_threadpool(
+            lambda: act(c.store, verb, f, dry_run=False, actor=actor, values=form)
+        )
         report = (await run_in_threadpool(c.store.status)).as_dict()
         status = (f.statuses or (Status.FAILED,))[0].value
         back = urlencode({k: v for k, v in _filter_params(form).items() if k not in ("ids", "all")})

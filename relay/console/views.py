@@ -18,7 +18,7 @@ from relay.exceptions import (
     StoreError,
 )
 from relay.records import Status
-from relay.store.operations.filters import EventFilter, parse_when
+from relay.store.operations.filters import EventFilter, parse_duration, parse_when
 from relay.store.operations.store import Actor, Changed, OperationsStore
 
 if TYPE_CHECKING:
@@ -151,6 +151,16 @@ def read_filter(values: Mapping[str, Any]) -> EventFilter:
     )
 
 
+def _duration(values: Mapping[str, Any], name: str) -> float | None:
+    text = _text(values, name)
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except argparse.ArgumentTypeError as exc:
+        raise BadRequest(f"{name}: {exc}") from None
+
+
 def read_page(values: Mapping[str, Any], default: int = 50) -> tuple[int, int | None]:
     """``limit`` (1..1000) and ``after`` (an id) of a keyset page."""
     raw = values.get("limit") or default
@@ -168,15 +178,28 @@ def read_page(values: Mapping[str, Any], default: int = 50) -> tuple[int, int | 
 
 
 def act(
-    store: OperationsStore, action: str, f: EventFilter, *, dry_run: bool, actor: Actor | None
+    store: OperationsStore,
+    action: str,
+    f: EventFilter,
+    *,
+    dry_run: bool,
+    actor: Actor | None,
+    values: Mapping[str, Any] | None = None,
 ) -> Changed:
     """Retry failed rows, or purge failed or sent rows, through the store's verbs; the
-    status defaults to failed."""
+    status defaults to failed. A retry reads ``expires_in`` (a duration: a new deadline) or
+    ``no_expiry`` from ``values``: without either, a selection holding rows past their
+    deadline is refused (400), never silently retried to expire again."""
     statuses = f.statuses or (Status.FAILED,)
     if action == "retry":
         if statuses != (Status.FAILED,):
             raise BadRequest("only failed events can be retried")
-        return store.retry_failed(f, dry_run=dry_run, actor=actor)
+        values = values or {}
+        expires_in = _duration(values, "expires_in")
+        no_expiry = values.get("no_expiry") in (True, "true", "1", "on")
+        return store.retry_failed(
+            f, dry_run=dry_run, actor=actor, expires_in=expires_in, no_expiry=no_expiry
+        )
     if action == "purge":
         if statuses == (Status.FAILED,):
             return store.purge_failed(f, dry_run=dry_run, actor=actor)

@@ -22,13 +22,12 @@ from typing import Any
 
 from relay import ordering
 from relay.config import Settings, timing
-from relay.dispatch.decisions import CircuitBreaker, RetryPolicy, exhausted, task_expired
+from relay.dispatch.decisions import CircuitBreaker, RetryPolicy, refusals
 from relay.dispatch.lease import LeaseKeeper
 from relay.exceptions import BrokerUnavailable, StoreError
 from relay.observe.observers import Observer, Recorded
 from relay.policy import Backoff
-from relay.publishers import Publisher, message
-from relay.publishers.message import TASK_HEADER
+from relay.publishers import Publisher
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.dispatch_path.lease_sweep import LeaseSweep
 from relay.store.dispatch_path.protocol import Store
@@ -95,10 +94,6 @@ class Batch:
         self.close()
 
 
-#: Why a Celery task row ended failed without being published.
-EXPIRED = "expired: the task's expires passed before it could be published"
-
-
 @dataclass(slots=True)
 class Outcome:
     """What the broker said about a batch, sorted into what the store will record."""
@@ -112,6 +107,8 @@ class Outcome:
     unavailable: list[ClaimedEvent] = field(default_factory=list)
     #: Behind a failed row of their key: given back at once, without spending an attempt.
     behind: list[ClaimedEvent] = field(default_factory=list)
+    #: Among ``buried``: past their deadline, dead-lettered unpublished.
+    expired: list[ClaimedEvent] = field(default_factory=list)
     error: str | None = None
     delay: float = 0.0
 
@@ -232,19 +229,26 @@ class Cycle:
     def publish(self, batch: Batch) -> Outcome:
         """Publish a leased batch and sort the broker's verdicts into outcomes (no DB I/O)."""
         report = Report(cycles=1, claimed=len(batch.events))
-        refused = self._refused(batch.events)
+        refused, expired = refusals(batch.events, self.settings.max_attempts, datetime.now(UTC))
+        if expired:
+            log.info("dead-lettered %d rows past their deadline, unpublished", len(expired))
         todo, behind = batch.events, list[ClaimedEvent]()
         if refused:
             todo, behind = ordering.behind_refusals(batch.events, [b.event for b in refused])
         result = self.observer.publish(todo, self.publisher.publish)
         behind += ordering.hold_back_after_failures(result)
         outcome = Outcome(
-            batch, report, sent=result.confirmed, unavailable=result.unavailable, behind=behind
+            batch,
+            report,
+            sent=result.confirmed,
+            unavailable=result.unavailable,
+            behind=behind,
+            expired=expired,
         )
         outcome.buried += refused
         outcome.buried += [Buried(e, f"unsendable: {why}") for e, why in result.unsendable]
-        if refused or result.unsendable:
-            reasons = sorted({b.error for b in outcome.buried})
+        if len(expired) < len(refused) or result.unsendable:
+            reasons = sorted({b.error for b in outcome.buried if b.event not in expired})
             log.warning(
                 "dead-lettered %d rows that cannot be sent, the rest of the batch goes on: %s%s",
                 len(outcome.buried),
@@ -281,22 +285,6 @@ class Cycle:
         else:
             self.breaker.record_success()
         return outcome
-
-    def _refused(self, events: list[ClaimedEvent]) -> list[Buried]:
-        """The rows dead-lettered without being published: a row no message can carry
-        (``ClaimedEvent.defect``), one claimed past ``RELAY_MAX_ATTEMPTS`` (its leases kept
-        expiring), and a Celery task past its ``expires`` (a worker would only discard it)."""
-        refused = []
-        now: datetime | None = None
-        limit = self.settings.max_attempts
-        for event in events:
-            why = event.defect or exhausted(event.attempt, limit)
-            if why is None and event.headers is not None and TASK_HEADER in event.headers:
-                now = now or datetime.now(UTC)
-                why = EXPIRED if task_expired(message.task_expires(event), now) else None
-            if why is not None:
-                refused.append(Buried(event, why))
-        return refused
 
     def unpublished(self, batch: Batch, error: str | None) -> Outcome:
         delay = self.breaker.remaining(self.clock())
@@ -370,6 +358,7 @@ class Cycle:
                 lost=done.lost,
                 exact=not done.lost,
                 counts=(done.sent, done.rescheduled, done.buried),
+                expired=outcome.expired,
             )
         )
         if report.lost:

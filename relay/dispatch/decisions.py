@@ -1,16 +1,18 @@
 """Pure decisions of one dispatch cycle: what a failed attempt leads to (a retry with backoff,
-or burial), the broker circuit breaker, a row claimed past its attempts, a Celery task row
-that expired. Time and randomness are passed in; nothing here reads a clock or does I/O.
+or burial), the broker circuit breaker, a row claimed past its attempts, a row past its
+deadline. Time and randomness are passed in; nothing here reads a clock or does I/O.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from relay.policy import backoff_seconds
-from relay.records import Buried, ClaimedEvent, Rescheduled
+from relay.records import TASK_HEADER, Buried, ClaimedEvent, Rescheduled
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +96,46 @@ def task_expired(expires: str | None, now: datetime) -> bool:
     if deadline.tzinfo is None:
         deadline = deadline.replace(tzinfo=UTC)
     return now >= deadline
+
+
+#: How the reason of a row dead-lettered past its deadline begins (``relay failed list
+#: --error "expired at"`` finds them).
+EXPIRED = "expired at"
+
+
+def expired_reason(deadline: Any) -> str:
+    """Why a row claimed past its deadline ``deadline`` (its ``expires_at`` as the claim read
+    it, or a Celery task's ``expires``) is dead-lettered unpublished: "expired at
+    2026-12-07T05:00:00Z, before it was published"."""
+    if isinstance(deadline, datetime):
+        aware = deadline if deadline.tzinfo is not None else deadline.replace(tzinfo=UTC)
+        when = aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    else:
+        when = f"{deadline!r} (as stored, no time Python holds)"
+    return f"{EXPIRED} {when}, before it was published"
+
+
+def refusals(
+    events: Sequence[ClaimedEvent], max_attempts: int, now: datetime
+) -> tuple[list[Buried], list[ClaimedEvent]]:
+    """The rows of a claimed batch to dead-letter without publishing them, and, of those, the
+    expired ones: a row no message can carry (``ClaimedEvent.defect``), one claimed past
+    ``max_attempts`` (its leases kept expiring), and one past its deadline (``expires_at``
+    by the database's clock at claim, or, for a Celery task row written before rows had a
+    deadline, its ``expires`` header at ``now``, as Celery reads it: a worker would only
+    discard it)."""
+    refused, expired = [], []
+    for event in events:
+        why = event.defect or exhausted(event.attempt, max_attempts)
+        late = False
+        if why is None and event.expired:
+            why, late = expired_reason(event.expires_at), True
+        elif why is None and event.headers is not None and TASK_HEADER in event.headers:
+            deadline = event.headers[TASK_HEADER]["headers"].get("expires")
+            if task_expired(deadline, now):
+                why, late = expired_reason(datetime.fromisoformat(deadline)), True
+        if why is not None:
+            refused.append(Buried(event, why))
+            if late:
+                expired.append(event)
+    return refused, expired

@@ -18,8 +18,8 @@ from typing import Any
 from relay import publishers
 from relay.config import Settings, timing
 from relay.dispatch.batching import BatchSizer
-from relay.dispatch.cycle import EXPIRED, Batch, Cycle, Outcome, Report, make_worker_id
-from relay.dispatch.decisions import CircuitBreaker
+from relay.dispatch.cycle import Batch, Cycle, Outcome, Report, make_worker_id
+from relay.dispatch.decisions import EXPIRED, CircuitBreaker
 from relay.exceptions import StoreError
 from relay.policy import Backoff
 from relay.publishers import Publisher

@@ -9,7 +9,7 @@ this adapter only executes that one statement on Django's connection inside the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -29,6 +29,8 @@ def enqueue(
     headers: Mapping[str, Any] | None = None,
     ordering_key: str | None = None,
     delay: timedelta | float | None = None,
+    expires_at: datetime | None = None,
+    expires_in: timedelta | float | None = None,
     using: str = "default",
 ) -> int:
     """Write one event into the outbox in the open ``transaction.atomic()`` block of database
@@ -36,7 +38,13 @@ def enqueue(
     leaves no event; outside ``atomic()``, or with a bad event, raises ``relay.EventError``
     naming the field, before anything is written."""
     row = core.default().event(
-        event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
+        event_type,
+        payload,
+        headers=headers,
+        ordering_key=ordering_key,
+        delay=delay,
+        expires_at=expires_at,
+        expires_in=expires_in,
     )
     return write(row, using)
 

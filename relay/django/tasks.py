@@ -49,6 +49,7 @@ def send_task(
         headers=headers,
         ordering_key=ordering_key,
         delay=message.delay,
+        expires_at=message.expires_at,
     )
     producer.write(row, using)
     return message.task_id

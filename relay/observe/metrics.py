@@ -93,6 +93,13 @@ class PrometheusObserver(Observer):
         self.failed_total = Counter(
             "relay_events_failed", "Rows that ended failed (dead letters).", by_type, registry=r
         )
+        self.expired_total = Counter(
+            "relay_events_expired",
+            "Rows dead-lettered unpublished because their deadline (expires_at) had passed; "
+            "also counted in relay_events_failed.",
+            by_type,
+            registry=r,
+        )
         self.released_total = Counter(
             "relay_events_released",
             "Rows given back without spending an attempt (broker down, behind a failed row).",
@@ -188,6 +195,8 @@ class PrometheusObserver(Observer):
                 self._count(counter, events)
             elif n:  # the fence refused some of them, which ones is not known: no event type
                 self._child(counter, events[0].source or "", self.event_type_label("")).inc(n)
+        if outcome.expired and outcome.counts[2] == len(outcome.failed):
+            self._count(self.expired_total, outcome.expired)
         if outcome.released:
             self.released_total.inc(outcome.released)
         if outcome.lost:

@@ -23,7 +23,7 @@ class Recorded:
 
     sent: Sequence[ClaimedEvent]
     rescheduled: Sequence[ClaimedEvent]
-    #: Ended ``failed`` (no attempt left, or a Celery task past its ``expires``).
+    #: Ended ``failed`` (no attempt left, the row's own fault, or past its deadline).
     failed: Sequence[ClaimedEvent]
     #: Given back without spending an attempt.
     released: int
@@ -34,6 +34,8 @@ class Recorded:
     exact: bool
     #: Rows each statement changed: ``sent``, ``rescheduled``, ``failed``.
     counts: tuple[int, int, int]
+    #: Among ``failed``: dead-lettered unpublished because their deadline had passed.
+    expired: Sequence[ClaimedEvent] = ()
 
 
 class Observer:

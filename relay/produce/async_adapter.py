@@ -13,7 +13,7 @@ a flag for its own thread).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -76,6 +76,8 @@ async def enqueue(
     headers: Mapping[str, Any] | None = None,
     ordering_key: str | None = None,
     delay: timedelta | float | None = None,
+    expires_at: datetime | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> int:
     """Write one event into the outbox in the caller's asyncio transaction; returns its id.
 
@@ -84,7 +86,13 @@ async def enqueue(
     """
     producer = core.default()
     row = producer.event(
-        event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
+        event_type,
+        payload,
+        headers=headers,
+        ordering_key=ordering_key,
+        delay=delay,
+        expires_at=expires_at,
+        expires_in=expires_in,
     )
     return await write(session_or_connection, row, producer.wake)
 

@@ -5,6 +5,11 @@ Every check runs before an adapter executes anything, so a bad event raises
 :class:`~relay.exceptions.EventError` (naming the field) inside the caller's transaction and
 nothing is written.
 
+A deadline (``expires_at``, an aware time; or ``expires_in``, a duration after the event is
+due: the database's now plus any ``delay``), else ``RELAY_EXPIRE_AFTER``'s default for the event
+type (:mod:`relay.config.expiry`, read once with the payload cap), is written into
+``outbox.expires_at``; the relay dead-letters a row claimed past it without publishing it.
+
 A keyed row carries no number: since migration 0012 the database's trigger takes the key's next
 number in the writer's transaction (see docs/ordering.md), the same for every writer, in any
 language. An adapter only executes :meth:`Row.statement` with :attr:`Row.values` in its
@@ -17,13 +22,14 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Insert
 from sqlalchemy.orm import Session
 
-from relay.config import env
+from relay.config import env, expiry
+from relay.config.expiry import ExpireAfter
 from relay.exceptions import EventError
 from relay.observe import tracing
 from relay.produce import sync_adapter
@@ -41,21 +47,32 @@ class Row:
 
     values: dict[str, Any]
     delayed: bool
+    #: How its deadline is bound: ``"at"`` (``expires_at``), ``"in"`` (``expires_seconds``
+    #: after the database's now), None (no deadline).
+    expiry: str | None = None
 
     def statement(self, dialect_name: str) -> Insert:
         """The INSERT that writes this row on dialect ``dialect_name`` (keyed rows are
         numbered by the database's trigger)."""
-        return dialects.for_name(dialect_name).insert_event(delayed=self.delayed)
+        return dialects.for_name(dialect_name).insert_event(
+            delayed=self.delayed, expiry=self.expiry
+        )
 
 
 class Producer:
     """Validates events and builds their rows; ``relay.enqueue`` is the default instance's."""
 
     def __init__(
-        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, wake: WakeUp | None = None
+        self,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        wake: WakeUp | None = None,
+        expire_after: ExpireAfter | None = None,
     ) -> None:
         self.max_payload_bytes = max_payload_bytes
         self.wake = wake
+        #: The default deadline per event type (``RELAY_EXPIRE_AFTER``); None: no default.
+        self.expire_after = expire_after
 
     def enqueue(
         self,
@@ -66,10 +83,18 @@ class Producer:
         headers: Mapping[str, Any] | None = None,
         ordering_key: str | None = None,
         delay: timedelta | float | None = None,
+        expires_at: datetime | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> int:
         """Write one event in the caller's (sync SQLAlchemy) transaction; returns its id."""
         row = self.event(
-            event_type, payload, headers=headers, ordering_key=ordering_key, delay=delay
+            event_type,
+            payload,
+            headers=headers,
+            ordering_key=ordering_key,
+            delay=delay,
+            expires_at=expires_at,
+            expires_in=expires_in,
         )
         return sync_adapter.write(session_or_connection, row.statement, row.values, self.wake)
 
@@ -83,10 +108,19 @@ class Producer:
         headers: Mapping[str, Any] | None = None,
         ordering_key: str | None = None,
         delay: timedelta | float | None = None,
+        expires_at: datetime | None = None,
     ) -> int:
         """Write a Celery task message (``relay.celery.send_task`` builds ``task``: route,
         protocol headers and properties) in the caller's transaction; returns its outbox id."""
-        row = self.task(name, body, task, headers=headers, ordering_key=ordering_key, delay=delay)
+        row = self.task(
+            name,
+            body,
+            task,
+            headers=headers,
+            ordering_key=ordering_key,
+            delay=delay,
+            expires_at=expires_at,
+        )
         return sync_adapter.write(session_or_connection, row.statement, row.values, self.wake)
 
     def event(
@@ -97,9 +131,12 @@ class Producer:
         headers: Mapping[str, Any] | None = None,
         ordering_key: str | None = None,
         delay: timedelta | float | None = None,
+        expires_at: datetime | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> Row:
         """The row of one event, every field checked."""
-        return self._row(event_type, payload, check_headers(headers), ordering_key, delay)
+        deadline = check_expiry(expires_at, expires_in)
+        return self._row(event_type, payload, check_headers(headers), ordering_key, delay, deadline)
 
     def task(
         self,
@@ -110,11 +147,14 @@ class Producer:
         headers: Mapping[str, Any] | None = None,
         ordering_key: str | None = None,
         delay: timedelta | float | None = None,
+        expires_at: datetime | None = None,
     ) -> Row:
-        """The row of a Celery task message (``task``: route, protocol headers, properties)."""
+        """The row of a Celery task message (``task``: route, protocol headers, properties);
+        ``expires_at``: the task's ``expires``, its row's deadline."""
         merged = dict(check_headers(headers) or {})
         merged[TASK_HEADER] = dict(task)
-        return self._row(name, body, merged, ordering_key, delay)
+        deadline = check_expiry(expires_at, None)
+        return self._row(name, body, merged, ordering_key, delay, deadline)
 
     def _row(
         self,
@@ -123,6 +163,7 @@ class Producer:
         headers: dict[str, Any] | None,
         ordering_key: str | None,
         delay: timedelta | float | None,
+        deadline: datetime | float | None,
     ) -> Row:
         values: dict[str, Any] = {
             "event_type": check_name("event_type", event_type),
@@ -135,7 +176,15 @@ class Producer:
         seconds = check_delay(delay)
         if seconds:
             values["delay_seconds"] = seconds
-        return Row(values, delayed=bool(seconds))
+        if deadline is None and self.expire_after is not None:
+            deadline = self.expire_after.seconds_for(values["event_type"])
+        kind = None
+        if isinstance(deadline, datetime):
+            kind, values["expires_at"] = "at", deadline
+        elif deadline is not None:
+            # Counted from when the event is due, so a delayed event is not born expired.
+            kind, values["expires_seconds"] = "in", seconds + deadline
+        return Row(values, delayed=bool(seconds), expiry=kind)
 
     def check_payload(self, payload: Any) -> Any:
         """``payload`` if it encodes as JSON within the cap."""
@@ -215,6 +264,40 @@ def check_delay(delay: timedelta | float | None) -> float:
     return seconds
 
 
+def check_expiry(
+    expires_at: datetime | None, expires_in: timedelta | float | None
+) -> datetime | float | None:
+    """The event's deadline: ``expires_at`` (an aware datetime), or ``expires_in`` in seconds
+    (a positive, finite duration), or None; refused when both are given."""
+    if expires_at is not None and expires_in is not None:
+        raise EventError("expires_at", "and expires_in are exclusive: give one of the two")
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime):
+            kind = type(expires_at).__name__
+            raise EventError("expires_at", f"must be a datetime, not {kind}")
+        if expires_at.tzinfo is None or expires_at.utcoffset() is None:
+            raise EventError(
+                "expires_at",
+                f"must be timezone-aware, got the naive {expires_at.isoformat()} (a naive time "
+                "means a different moment on each host: give tzinfo, e.g. UTC)",
+            )
+        return expires_at
+    if expires_in is None:
+        return None
+    if isinstance(expires_in, timedelta):
+        seconds = expires_in.total_seconds()
+    elif isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
+        seconds = float(expires_in)
+    else:
+        kind = type(expires_in).__name__
+        raise EventError("expires_in", f"must be a timedelta or seconds, not {kind}")
+    if not math.isfinite(seconds) or not 0 < seconds <= expiry.MAX_DURATION_SECONDS:
+        raise EventError(
+            "expires_in", f"must be a positive duration of at most a century, got {expires_in!r}"
+        )
+    return seconds
+
+
 def sorted_keys(ordering_keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``ordering_keys``, each checked, in the order ``lock_keys`` locks."""
     if isinstance(ordering_keys, str):
@@ -227,8 +310,14 @@ _default: Producer | None = None
 
 def default() -> Producer:
     """The process-wide producer behind ``relay.enqueue``, ``relay.aio.enqueue``,
-    ``relay.django.enqueue`` and ``relay.celery.send_task``: one payload cap, one wake-up."""
+    ``relay.django.enqueue`` and ``relay.celery.send_task``: one payload cap, one wake-up, one
+    ``RELAY_EXPIRE_AFTER``, each read from the environment once, at the first enqueue (a bad
+    value then raises ``ConfigError`` there, before anything is written, and again at the next
+    enqueue: nothing half-built is kept)."""
     global _default  # the one process-wide producer
     if _default is None:
-        _default = Producer(max_payload_bytes=env.max_payload_bytes_from_env())
+        _default = Producer(
+            max_payload_bytes=env.max_payload_bytes_from_env(),
+            expire_after=expiry.from_env(),
+        )
     return _default

@@ -18,7 +18,7 @@ front in sorted order to avoid that.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -50,11 +50,16 @@ def enqueue(
     headers: Mapping[str, Any] | None = None,
     ordering_key: str | None = None,
     delay: timedelta | float | None = None,
+    expires_at: datetime | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> int:
     """Write one event into the outbox in the caller's transaction; returns its id.
 
     A rollback of that transaction leaves no event. Bad input raises ``EventError`` naming the
-    field, before anything is written.
+    field, before anything is written. A deadline, ``expires_at`` (an aware datetime) or
+    ``expires_in`` (seconds or a timedelta after the event is due, ``delay`` included), else
+    the type's ``RELAY_EXPIRE_AFTER`` default: the relay dead-letters the event unpublished
+    if it claims it later (docs/producing.md, "Deadlines").
     """
     return default().enqueue(
         session_or_connection,
@@ -63,6 +68,8 @@ def enqueue(
         headers=headers,
         ordering_key=ordering_key,
         delay=delay,
+        expires_at=expires_at,
+        expires_in=expires_in,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -137,3 +138,26 @@ def test_lock_keys_takes_no_number(engine: sa.Engine) -> None:
         relay.django.lock_keys(["b", "a", "a"])
         row_id = relay.django.enqueue("e", {}, ordering_key="a")
     assert rows(engine, row_id)[row_id]["seq"] == 1
+
+
+def test_deadlines_reach_the_row_and_bad_ones_are_refused(engine: sa.Engine) -> None:
+    """``expires_at``/``expires_in`` as with ``relay.enqueue``, and a task's ``expires``
+    (``relay.django.send_task``) becomes its row's deadline; both given, or a naive time, are
+    refused naming the fields before anything is written."""
+    from celery import Celery
+
+    at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    with transaction.atomic():
+        with pytest.raises(EventError, match="expires_at and expires_in are exclusive"):
+            relay.django.enqueue("t", {}, expires_at=at, expires_in=60)
+        with pytest.raises(EventError, match="expires_at must be timezone-aware"):
+            relay.django.enqueue("t", {}, expires_at=datetime(2031, 1, 1))
+        fixed = relay.django.enqueue("t", {}, expires_at=at)
+        within = relay.django.enqueue("t", {}, expires_in=timedelta(days=1))
+        relay.django.send_task("tasks.remind", (1,), expires=at, app=Celery(set_as_current=False))
+    found = rows(engine)
+    task = max(found)
+    assert sorted(found) == [fixed, within, task]
+    assert found[fixed]["expires_at"] == at
+    assert found[within]["expires_at"] - found[within]["created_at"] > timedelta(hours=23)
+    assert found[task]["expires_at"] == at

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -269,3 +270,27 @@ def test_the_event_loop_is_never_blocked_while_enqueues_run(urls: tuple[str, str
     (worst, written), _ = within_two(measure, lambda r: r[0] >= LATENESS_BOUND_SECONDS)
     assert written == 200
     assert worst < LATENESS_BOUND_SECONDS, f"the event loop was blocked {worst * 1e3:.1f} ms"
+
+
+def test_deadlines_are_written_and_checked_before_any_await(
+    urls: tuple[str, str], sync_engine: sa.Engine
+) -> None:
+    """``expires_at`` and ``expires_in`` reach the row as with ``relay.enqueue``; both given,
+    or a naive time, are refused naming the fields before anything is written."""
+    at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+
+    async def body(engine: AsyncEngine) -> tuple[int, int]:
+        async with AsyncSession(engine) as session, session.begin():
+            with pytest.raises(EventError, match="expires_at and expires_in are exclusive"):
+                await relay.aio.enqueue(session, "t", {}, expires_at=at, expires_in=60)
+            with pytest.raises(EventError, match="expires_at must be timezone-aware"):
+                await relay.aio.enqueue(session, "t", {}, expires_at=datetime(2031, 1, 1))
+            fixed = await relay.aio.enqueue(session, "t", {}, expires_at=at)
+            within = await relay.aio.enqueue(session, "t", {}, expires_in=timedelta(days=1))
+        return fixed, within
+
+    fixed, within = run(urls, body)
+    found = rows(sync_engine)
+    assert sorted(found) == [fixed, within]
+    assert found[fixed]["expires_at"] == at
+    assert found[within]["expires_at"] - found[within]["created_at"] > timedelta(hours=23)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -396,3 +397,31 @@ def test_several_databases_get_a_console_each_side_by_side(
         finally:
             for engine in engines.values():
                 engine.dispose()
+
+
+def test_retrying_expired_events_needs_a_new_deadline_or_none(engine: sa.Engine) -> None:
+    """The API and the pages never re-drive rows past their deadline to expire again: without
+    ``expires_in`` or ``no_expiry`` the retry is a 400 naming them (nothing changed), its dry
+    run counts them, the page's dry run asks; with one, the rows go back to pending."""
+    past = datetime(2026, 1, 2, tzinfo=UTC)
+    late = web.add(engine, 2, "failed", event_type="reminder.due", expires_at=past)
+    other = web.add(engine, 1, "failed", event_type="order.created")
+    with web.client(engine) as c:
+        r = c.post("/api/events/retry", json={"all": True}, headers=bearer())
+        assert r.status_code == 400
+        assert "2 of the 3 failed events selected are past their deadline" in r.text
+        r = c.post("/api/events/retry", json={"all": True, "dry_run": True}, headers=bearer())
+        assert r.json() == {"matched": 3, "changed": 0, "expired": 2}
+        csrf = web.signed_in(c)
+        form = {"action": "retry", "status": "failed", "all": "true", "csrf": csrf}
+        page = c.post("/actions/preview", data=form)
+        assert 'id="expired"><strong>2</strong>' in page.text
+        assert 'name="expires_in"' in page.text
+        assert c.post("/actions/run", data=form).status_code == 400
+        r = c.post("/api/events/retry", json={"ids": other, "no_expiry": True}, headers=bearer())
+        assert r.json() == {"matched": 1, "changed": 1}
+        done = c.post("/actions/run", data=form | {"expires_in": "1h"})
+        assert 'id="changed">2<' in done.text
+    found = rows.rows(engine, *late)
+    assert {r["status"] for r in found.values()} == {"pending"}
+    assert all(r["expires_at"] > datetime.now(UTC) for r in found.values())

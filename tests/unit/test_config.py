@@ -61,6 +61,8 @@ BAD_VALUES = [
     ("RELAY_LISTEN_URL", "mysql://root@db/app", "must be a PostgreSQL URL"),
     ("RELAY_SOURCE", "/shop orders", "URI-reference"),
     ("RELAY_DATABASES", "orders", "not a name=URL pair"),
+    ("RELAY_EXPIRE_AFTER", "orders.reminder=1x,*=7d", "'orders.reminder=1x'"),
+    ("RELAY_EXPIRE_AFTER", "orders.reminder", "is not PATTERN=DURATION"),
 ]
 
 
@@ -141,6 +143,8 @@ EDGE_VALUES = [
     ("RELAY_SOURCE", "/shop/orders"),
     ("RELAY_SOURCE", "urn:example:shop:" + "x" * 400),
     ("RELAY_DATABASES", "a=sqlite:///a.db"),
+    ("RELAY_EXPIRE_AFTER", "*=1s"),
+    ("RELAY_EXPIRE_AFTER", "orders.*=36500d,orders.audit=never"),
     # One database only: with several, the row commands refuse to guess (test_cli_edges).
     ("RELAY_DATABASES", "x" * 40 + "=sqlite:///x.db"),
 ]

@@ -76,7 +76,7 @@ ROWS: list[tuple[str, str | None, str | None]] = [
 
 def _row(i: int, payload: str | None, headers: str | None) -> tuple[Any, ...]:
     """A claim's row, in ``claim_columns`` order."""
-    return (i, "thing.happened", payload, headers, None, 1, NOW, None, f"eid-{i}")
+    return (i, "thing.happened", payload, headers, None, 1, NOW, None, f"eid-{i}", False, None)
 
 
 @pytest.mark.parametrize(("payload", "headers", "defect"), ROWS)
@@ -146,7 +146,7 @@ def test_a_created_at_that_is_no_time_is_the_rows_defect(
     stored when Python holds no such time, None where PostgreSQL's SQL left it out): a row
     whose time is none carries a defect naming it, with a datetime in its place, and the rows
     around it read as usual."""
-    row = (2, "thing.happened", '{"n": 2}', None, None, 1, created_at, None, "eid-2")
+    row = (2, "thing.happened", '{"n": 2}', None, None, 1, created_at, None, "eid-2", False, None)
     rows = [_row(1, *GOOD), row, _row(3, *GOOD)]
     first, event, last = ClaimedEvent.from_claims(rows, json_loads_many, "/src")
     assert (first.defect, last.defect, first.created_at) == (None, None, NOW)
@@ -323,7 +323,7 @@ def test_nothing_a_row_holds_raises_out_of_the_per_row_path(
     a message's AMQP frames raises nothing but EventUnsendable, and a row either carries a
     defect, becomes unsendable, or becomes frames."""
     claimed = [
-        (i, event_type, payload, headers, None, 1, NOW, None, f"e{i}")
+        (i, event_type, payload, headers, None, 1, NOW, None, f"e{i}", False, None)
         for i, (payload, headers, event_type) in enumerate(rows)
     ]
     events = ClaimedEvent.from_claims(claimed, json_loads_many, "/src")

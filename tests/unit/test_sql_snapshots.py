@@ -61,6 +61,7 @@ NOT_STATEMENTS = {
     "place",
     "within_bytes",
     "bound_params",
+    "past_deadline",
 }
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.
@@ -103,6 +104,9 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "horizon": 1000,
         "expired": True,
         "sized": True,
+        "expiry": "in",
+        "clear_expiry": False,
+        "new_expiry": 3600.0,
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")

@@ -47,13 +47,19 @@ class ProducerStatements(Clock):
     """The producers' side: one new row, and the per-key sequence writers take turns on."""
 
     @cached
-    def insert_event(self, *, delayed: bool) -> Insert:
+    def insert_event(self, *, delayed: bool, expiry: str | None = None) -> Insert:
         """One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
-        long after the database's now). Built once per dialect and shape: every
-        ``relay.enqueue`` runs it (built anew, 60 µs of the writer's CPU)."""
+        long after the database's now), and its deadline by ``expiry``: ``"at"`` binds
+        ``expires_at``, ``"in"`` binds ``expires_seconds`` (that long after the database's
+        now), None leaves it NULL. Built once per dialect and shape: every ``relay.enqueue``
+        runs it (built anew, 60 µs of the writer's CPU)."""
         values = {name: _bound(name) for name in _EVENT_COLUMNS}
         if delayed:
             values["next_retry_at"] = self.now_plus(bindparam("delay_seconds", type_=Float))
+        if expiry == "at":
+            values["expires_at"] = _bound("expires_at")
+        elif expiry == "in":
+            values["expires_at"] = self.now_plus(bindparam("expires_seconds", type_=Float))
         return insert(outbox).values(**values)
 
     def reserve_key(self) -> Any:

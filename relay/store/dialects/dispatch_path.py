@@ -34,7 +34,9 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     func,
+    null,
     or_,
     select,
     tuple_,
@@ -80,7 +82,20 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
     def claim_columns(self) -> tuple[ColumnElement[Any], ...]:
         """The columns a claim returns: what the publisher needs and the fence, in the order
         of ``ClaimedEvent``'s fields (``ClaimedEvent.from_claims``); payload and headers as
-        JSON text (:meth:`json_text`), which the store decodes in one pass over the batch."""
+        JSON text (:meth:`json_text`), which the store decodes in one pass over the batch;
+        then whether the row's deadline has passed by the database's clock
+        (:meth:`past_deadline`) and, only for such a row, that deadline (NULL for every other
+        row: a claim reads no time it does not need)."""
+        expired = self.past_deadline()
+        return (
+            *self._row_columns(),
+            type_coerce(expired, Boolean).label("expired"),
+            self.readable_time(case((expired, outbox.c.expires_at), else_=null())).label(
+                "expires_at"
+            ),
+        )
+
+    def _row_columns(self) -> tuple[ColumnElement[Any], ...]:
         return tuple(
             self.json_text(column).label(column.name)
             if column.name in CLAIM_JSON
@@ -99,6 +114,11 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
                 outbox.c.event_id,
             )
         )
+
+    def past_deadline(self) -> ColumnElement[bool]:
+        """Whether a row's ``expires_at`` is set and has passed by the database's clock: such
+        a row is dead-lettered at claim, never published."""
+        return and_(outbox.c.expires_at.is_not(None), outbox.c.expires_at <= self.now())
 
     def readable_time(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """A time ``column`` a producer writes, read so that no value it holds raises

@@ -199,9 +199,22 @@ class Operations:
         """
         return True
 
-    def retry_failed(self, matching: ColumnElement[bool]) -> Update:
-        """The failed rows ``matching`` selects go back to pending with fresh attempts."""
+    def retry_failed(
+        self,
+        matching: ColumnElement[bool],
+        *,
+        clear_expiry: bool = False,
+        new_expiry: float | None = None,
+    ) -> Update:
+        """The failed rows ``matching`` selects go back to pending with fresh attempts; their
+        deadline cleared (``clear_expiry``) or set ``b_expires_seconds`` after the database's
+        now (``new_expiry`` given), else kept."""
         stmt = update(outbox).where(outbox.c.status == FAILED, matching)
+        values: dict[str, Any] = {}
+        if clear_expiry:
+            values["expires_at"] = null()
+        elif new_expiry is not None:
+            values["expires_at"] = self.dialect.now_plus(bindparam("b_expires_seconds", Float))
         return stmt.values(
             status=PENDING,
             attempt=0,
@@ -209,6 +222,7 @@ class Operations:
             locked_by=null(),
             locked_until=null(),
             updated_at=self.dialect.now(),
+            **values,
         )
 
     def purge_failed(self, matching: ColumnElement[bool]) -> Delete:

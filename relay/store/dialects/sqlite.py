@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     Select,
     Table,
+    and_,
     bindparam,
     cast,
     func,
@@ -31,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import Insert, insert
 
 from relay.store.dialects.returning import ReturningDialect
-from relay.store.schema.tables import outbox_sequence
+from relay.store.schema.tables import outbox, outbox_sequence
 from relay.store.timestamps import SQLITE_FORMAT, UtcDateTime, utc_now
 
 
@@ -61,6 +62,15 @@ class SQLiteDialect(ReturningDialect):
     def epoch_now(self) -> ColumnElement[float]:
         """``(julianday('now') - 2440587.5) * 86400``."""
         return type_coerce(literal_column("((julianday('now') - 2440587.5) * 86400.0)"), Float)
+
+    def past_deadline(self) -> ColumnElement[bool]:
+        """``julianday(expires_at) <= julianday('now')``: compared as times, not as text, so
+        a deadline plain SQL wrote in another ISO 8601 layout (``2026-12-07T05:00:00Z``)
+        passes when it should."""
+        deadline = func.julianday(outbox.c.expires_at)
+        return and_(
+            outbox.c.expires_at.is_not(None), deadline <= func.julianday(literal_column("'now'"))
+        )
 
     def text_bytes(self, text: ColumnElement[Any]) -> ColumnElement[int]:
         """``length(CAST(text AS BLOB))``: bytes, where ``length`` of text counts characters

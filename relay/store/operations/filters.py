@@ -9,34 +9,28 @@ the operator said ``all``. The SQL it becomes lives with the statements
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from relay.config.expiry import duration_seconds
 from relay.exceptions import SelectorError
 from relay.records import Status
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-#: The longest duration (and the range of times) a selector accepts: a century either way
-#: of the Unix epoch's range is all an outbox can hold; beyond, datetime arithmetic overflows.
-MAX_DURATION_SECONDS = 100 * 366 * 86400
+#: The range of years a selector's times may name (its durations are at most a century:
+#: ``relay.config.expiry.MAX_DURATION_SECONDS``); beyond, datetime arithmetic overflows.
 MIN_YEAR, MAX_YEAR = 1970, 9998
 
 
 # The parsers raise argparse's error so the CLI can use them as argument types as they are;
 # the console catches the same error for its query parameters.
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{1,9})?)\s*([smhdw]?)\s*", text, re.ASCII)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a duration like 90s, 15m, 12h or 7d"
-        )
-    seconds = float(match[1]) * _UNITS[match[2] or "s"]
-    if seconds > MAX_DURATION_SECONDS:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is longer than a century")
-    return seconds
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds (the syntax of
+    ``RELAY_EXPIRE_AFTER``'s durations, :func:`relay.config.expiry.duration_seconds`)."""
+    try:
+        return duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_when(text: str) -> datetime | timedelta:

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from relay.exceptions import StoreError
+from relay.exceptions import SelectorError, StoreError
 from relay.ordering import stalled_key
 from relay.records import ClaimedEvent, Stall, StalledKey, Status, StatusReport
 from relay.store import dialects
@@ -147,18 +147,37 @@ class OperationsStore(BaseStore):
         *,
         dry_run: bool = False,
         actor: Actor | None = None,
+        expires_in: float | None = None,
+        no_expiry: bool = False,
     ) -> Changed:
         """Put the failed rows the filter selects (all, or these ids) back to pending with
         fresh attempts; a dry run counts them and changes nothing. ``actor``: record the action
-        in the audit table, in the same transaction."""
+        in the audit table, in the same transaction. A selection holding rows past their
+        deadline (:attr:`Changed.expired`, which would only expire again) is refused unless
+        ``expires_in`` sets a new one (seconds from the database's now) or ``no_expiry``."""
+        if (expires_in is not None and no_expiry) or not 0 < (expires_in or 1) < float("inf"):
+            raise SelectorError("give a new deadline in the future or no expiry, not both")
         chosen = _failed(f).for_action("retry")
         matching = self.ops.matching(chosen)
         with self._tx() as conn:
             matched = self._count(conn, _and_failed(matching))
+            late = sa.and_(matching, self.dialect.past_deadline())
+            expired = self._count(conn, _and_failed(late)) if matched else 0
             if dry_run:
-                return Changed(matched, 0)
-            done = Changed(matched, conn.execute(self.ops.retry_failed(matching)).rowcount)
-            self._audit(conn, actor, "retry", chosen, done)
+                return Changed(matched, 0, expired)
+            if expired and expires_in is None and not no_expiry:
+                raise SelectorError(
+                    f"refusing to retry: {expired} of the {matched} failed events selected are "
+                    "past their deadline (expires_at) and would be dead-lettered again at once: "
+                    "give a new deadline (relay failed retry --expires-in DURATION) or clear it "
+                    "(--no-expiry), or leave them out of the selection"
+                )
+            stmt = self.ops.retry_failed(matching, clear_expiry=no_expiry, new_expiry=expires_in)
+            params = {} if expires_in is None else {"b_expires_seconds": expires_in}
+            done = Changed(matched, conn.execute(stmt, params).rowcount, expired)
+            given = {"expires_in": expires_in, "no_expiry": no_expiry or None}
+            extra = {k: v for k, v in given.items() if v is not None}
+            self._audit(conn, actor, "retry", chosen, done, extra)
             return done
 
     def purge_failed(
@@ -354,6 +373,8 @@ class Changed:
 
     matched: int
     changed: int
+    #: Of ``matched``: rows past their deadline (``expires_at``), counted by a retry.
+    expired: int = 0
 
 
 def _failed(f: EventFilter | Sequence[int] | None) -> EventFilter:

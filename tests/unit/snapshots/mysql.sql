@@ -56,7 +56,7 @@ UPDATE relay_heartbeats SET beat_at=(UTC_TIMESTAMP(6)) WHERE relay_heartbeats.na
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
 -- claimed_statement: The leased rows as the claim returns them; bind ``ids``.
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= (UTC_TIMESTAMP(6)) AS expired, CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= (UTC_TIMESTAMP(6))) THEN outbox.expires_at ELSE NULL END AS expires_at
 FROM outbox
 WHERE outbox.id IN (__[POSTCOMPILE_ids]);
 
@@ -106,7 +106,7 @@ WHERE head.next_retry_at IS NULL OR head.next_retry_at <= (UTC_TIMESTAMP(6))), (
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=%s, holder=NULL, expires_at=NULL, ran_at=(UTC_TIMESTAMP(6)) WHERE relay_purger.name = %s AND relay_purger.holder = %s;
 
 -- event_details: Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id, outbox.expires_at
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s ORDER BY outbox.id
  LIMIT %s;
@@ -184,7 +184,7 @@ WHERE relay_inbox.received_at < timestampadd(MICROSECOND, CAST(round(%s * 100000
  LIMIT %s);
 
 -- insert_event: One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
-INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at) VALUES (%s, %s, %s, %s, timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))));
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, expires_at) VALUES (%s, %s, %s, %s, timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))));
 
 -- lease_statement: Lease the picked rows; bind ``ids``.
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + %s), locked_by=%s, locked_until=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))), updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id IN (__[POSTCOMPILE_ids]);
@@ -277,8 +277,8 @@ UPDATE outbox SET status='pending', next_retry_at=timestampadd(MICROSECOND, CAST
 -- reserve_key: ``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it).
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, %s) ON DUPLICATE KEY UPDATE last_seq = outbox_sequence.last_seq;
 
--- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.
-UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+-- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts; their
+UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)), expires_at=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
@@ -306,7 +306,7 @@ FROM outbox
 WHERE outbox.sent_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) GROUP BY floor((timestampdiff(MICROSECOND, outbox.sent_at, (UTC_TIMESTAMP(6))) / 1000000.0) / 60.0);
 
 -- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= (UTC_TIMESTAMP(6)) AS expired, CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= (UTC_TIMESTAMP(6))) THEN outbox.expires_at ELSE NULL END AS expires_at
 FROM outbox
 WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s AND outbox.id <= %s ORDER BY outbox.id;
 

@@ -68,7 +68,7 @@ FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_4 ORDER BY id
  LIMIT ? OFFSET ?) AS anon_2) AS anon_1
-WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id;
+WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
 
 -- claim_statement[expired=False]: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
 UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT anon_1.id
@@ -78,7 +78,7 @@ FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(le
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_3) AS anon_2) AS anon_1
-WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id;
+WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
 
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AS utc_now_1;
@@ -123,7 +123,7 @@ WHERE head.next_retry_at IS NULL OR head.next_retry_at <= (strftime('%Y-%m-%d %H
 UPDATE relay_purger SET prev_behind_rows=relay_purger.behind_rows, behind_rows=?, holder=NULL, expires_at=NULL, ran_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_purger.name = ? AND relay_purger.holder = ?;
 
 -- event_details: Every column of the rows ``matching`` selects, JSON as stored text (one event's page).
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.status, outbox.attempt, outbox.next_retry_at, outbox.locked_by, outbox.locked_until, outbox.last_error, outbox.created_at AS created_at, outbox.updated_at, outbox.sent_at, outbox.seq, outbox.event_id, outbox.expires_at
 FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? ORDER BY outbox.id
  LIMIT ? OFFSET ?;
@@ -201,10 +201,10 @@ WHERE relay_inbox.received_at < strftime(?, 'now', printf(?, ?)) ORDER BY relay_
  LIMIT ? OFFSET ?);
 
 -- insert_event: One new event; bind its columns, ``delay_seconds`` when ``delayed`` (claimable that
-INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at) VALUES (?, ?, ?, ?, strftime(?, 'now', printf(?, ?)));
+INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, expires_at) VALUES (?, ?, ?, ?, strftime(?, 'now', printf(?, ?)), strftime(?, 'now', printf(?, ?)));
 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
-UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id;
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (__[POSTCOMPILE_ids]) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
 
 -- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
 SELECT outbox.locked_by, count(*) AS rows, sum(CASE WHEN (outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) THEN ? ELSE ? END) AS expired, min(outbox.locked_until) AS first_expiry, max(outbox.locked_until) AS last_expiry
@@ -288,8 +288,8 @@ UPDATE outbox SET status='pending', next_retry_at=strftime(?, 'now', printf(?, ?
 -- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
 
--- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.
-UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+-- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts; their
+UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')), expires_at=strftime(?, 'now', printf(?, ?)) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
@@ -317,7 +317,7 @@ FROM outbox
 WHERE outbox.sent_at >= strftime(?, 'now', printf(?, ?)) GROUP BY floor(((julianday('now') - julianday(outbox.sent_at)) * 86400.0) / (60.0 + 0.0));
 
 -- sent_rows: Sent rows ``matching`` selects, as a claim returns them, with ids in ``(after,
-SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id
+SELECT outbox.id, outbox.event_type, outbox.payload AS payload, outbox.headers AS headers, outbox.ordering_key, outbox.attempt, outbox.created_at AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND julianday(outbox.expires_at) <= julianday('now') AS expired, CASE WHEN (outbox.expires_at IS NOT NULL AND julianday(outbox.expires_at) <= julianday('now')) THEN outbox.expires_at ELSE NULL END AS expires_at
 FROM outbox
 WHERE outbox.status = 'sent' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ? AND outbox.id <= ? ORDER BY outbox.id;
 
