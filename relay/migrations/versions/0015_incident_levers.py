@@ -2,7 +2,7 @@
 
 - ``relay_pauses``: one row per pause in force (an event-type pattern, an ordering key, or a
   database name), written by ``relay pause`` and the console, read by every relay.
-- ``relay_rate_buckets``: one token bucket per rate limit (``RELAY_RATE_LIMITS``), shared by
+- ``relay_rate_buckets``: one token bucket per rate limit, shared by
   every relay of the database and refilled by the database clock.
 - ``outbox.expires_at``: a nullable deadline; a row claimed past it is dead-lettered, never
   published.

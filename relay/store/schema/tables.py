@@ -277,7 +277,7 @@ pauses = Table(
     sqlite_autoincrement=True,
 )
 
-#: One token bucket per rate limit (``RELAY_RATE_LIMITS``), named by its event-type pattern and
+#: One token bucket per rate limit, named by its event-type pattern and
 #: shared by every relay of the database: a claim of a limited type takes tokens from its row,
 #: refilled by the database clock since ``refilled_at``.
 rate_buckets = Table(
