@@ -124,8 +124,10 @@ def test_lease_is_renewed_while_a_slow_batch_publishes(
 ) -> None:
     """A batch that takes 3x the lease to publish keeps its rows: no rival claims them."""
     ids = enqueue_many(engine, 10)
-    settings = replace(settings, lease_seconds=0.6, confirm_timeout_seconds=0.5)
-    publisher = _SlowPublisher(1.8, rival=DispatchStore(engine))
+    # A lease of 1.2 s: renewed every 0.4 s, a renewal may come 0.8 s late before a rival wins
+    # (0.6 s, renewed every 0.2 s, lost a row on MariaDB at a load average of 9).
+    settings = replace(settings, lease_seconds=1.2, confirm_timeout_seconds=0.5)
+    publisher = _SlowPublisher(3.6, rival=DispatchStore(engine))
     report = Dispatcher(store, publisher, settings).run_once()
     assert publisher.rival_got == []
     assert (report.sent, report.lost) == (10, 0)
