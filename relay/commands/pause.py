@@ -41,6 +41,10 @@ def _selectors(p: argparse.ArgumentParser, verb: str) -> None:
     )
 
 
+#: The databases a command acts on: each one's name and settings.
+Databases = list[tuple[str, Settings]]
+
+
 def _pause_arguments(p: argparse.ArgumentParser) -> None:
     _selectors(p, "hold back")
     p.add_argument("--reason", metavar="TEXT", help="why, shown by relay paused and status")
@@ -72,7 +76,7 @@ def _target(
     return DATABASE, args.source, _databases(settings, args.source)
 
 
-def _databases(settings: Settings, name: str | None) -> list[tuple[str, Settings]]:
+def _databases(settings: Settings, name: str | None) -> Databases:
     if name is None:
         return list(each(settings))
     if not several_databases(settings):
@@ -122,9 +126,8 @@ def _paused(settings: Settings, args: argparse.Namespace) -> int:
             print(f"{name}: no pause in force")
         for p in pauses:
             why = f" ({p.reason})" if p.reason else ""
-            print(
-                f"{name}: {p.kind} {p.value!r} for {p.age_seconds:.0f}s by {p.paused_by or '?'}{why}"
-            )
+            who = p.paused_by or "?"
+            print(f"{name}: {p.kind} {p.value!r} for {p.age_seconds:.0f}s by {who}{why}")
     return 0
 
 

@@ -52,20 +52,25 @@ class LeverStatements:
         return select(*columns, pauses.c.paused_at, age).order_by(pauses.c.id)
 
     def pause(self) -> Insert:
-        """One pause; bind ``kind``, ``value``, ``reason``, ``paused_by`` (a pause already in
+        """One pause; bind ``b_kind``, ``b_value``, ``b_reason``, ``b_by`` (a pause already in
         force violates the unique ``(kind, value)``: the store tells it apart first)."""
-        return insert(pauses)
+        return insert(pauses).values(
+            kind=bindparam("b_kind"),
+            value=bindparam("b_value"),
+            reason=bindparam("b_reason"),
+            paused_by=bindparam("b_by"),
+        )
 
     def find(self) -> Select[Any]:
-        """The pause bound as ``kind`` and ``value``, if in force."""
+        """The pause bound as ``b_kind`` and ``b_value``, if in force."""
         return select(pauses.c.id).where(
-            pauses.c.kind == bindparam("kind"), pauses.c.value == bindparam("value")
+            pauses.c.kind == bindparam("b_kind"), pauses.c.value == bindparam("b_value")
         )
 
     def resume(self) -> Delete:
-        """Lift the pause bound as ``kind`` and ``value``."""
+        """Lift the pause bound as ``b_kind`` and ``b_value``."""
         return delete(pauses).where(
-            pauses.c.kind == bindparam("kind"), pauses.c.value == bindparam("value")
+            pauses.c.kind == bindparam("b_kind"), pauses.c.value == bindparam("b_value")
         )
 
     def held_rows(self, hold: Hold, limit: int) -> Select[Any]:
@@ -79,21 +84,22 @@ class LeverStatements:
 
     # -- rate limits -------------------------------------------------------------------------
     def bucket(self) -> Select[Any]:
-        """The bucket named ``name``: its tokens and the seconds since it was last refilled,
+        """The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
         locked (claims of its types take turns on this row, fleet-wide)."""
         since = self.dialect.seconds_since(rate_buckets.c.refilled_at).label("elapsed")
         stmt = select(rate_buckets.c.tokens, since)
-        stmt = stmt.where(rate_buckets.c.name == bindparam("name"))
+        stmt = stmt.where(rate_buckets.c.name == bindparam("b_name"))
         return stmt.with_for_update()  # SQLite: the claim's BEGIN IMMEDIATE already serializes
 
     def new_bucket(self) -> Insert:
-        """A bucket named ``name`` holding ``tokens``, refilled now."""
-        return insert(rate_buckets).values(name=bindparam("name"), tokens=bindparam("tokens"))
+        """A bucket named ``b_name`` holding ``b_tokens``, refilled now."""
+        values = {"name": bindparam("b_name"), "tokens": bindparam("b_tokens", type_=Float)}
+        return insert(rate_buckets).values(values)
 
     def pay(self) -> Update:
-        """Set the bucket ``name`` to ``tokens``, refilled now (database time)."""
+        """Set the bucket ``b_name`` to ``b_tokens``, refilled now (database time)."""
         return (
             update(rate_buckets)
-            .where(rate_buckets.c.name == bindparam("name"))
-            .values(tokens=bindparam("tokens", type_=Float), refilled_at=self.dialect.now())
+            .where(rate_buckets.c.name == bindparam("b_name"))
+            .values(tokens=bindparam("b_tokens", type_=Float), refilled_at=self.dialect.now())
         )

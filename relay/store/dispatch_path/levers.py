@@ -102,22 +102,22 @@ class Levers:
         rows = self.dialect.claim(conn, replace(ask, limit=wanted)) if wanted else []
         if rows:
             tokens -= len(rows)
-            conn.execute(self.statements.pay(), {"name": limit.name, "tokens": tokens})
+            conn.execute(self.statements.pay(), {"b_name": limit.name, "b_tokens": tokens})
         rest = rest_seconds(tokens, limit) if len(rows) == wanted else 0.0
         self._resting[limit.name] = self.clock() + rest
         return rows
 
     def _bucket(self, conn: Connection, limit: RateLimit) -> tuple[float, float]:
         """The bucket's tokens and seconds since its refill, locked; made full if missing."""
-        found = conn.execute(self.statements.bucket(), {"name": limit.name}).first()
+        found = conn.execute(self.statements.bucket(), {"b_name": limit.name}).first()
         if found is None:
             try:
                 with conn.begin_nested():
-                    params = {"name": limit.name, "tokens": limit.burst}
+                    params = {"b_name": limit.name, "b_tokens": limit.burst}
                     conn.execute(self.statements.new_bucket(), params)
             except IntegrityError:
                 pass  # another relay made it meanwhile: lock theirs
-            found = conn.execute(self.statements.bucket(), {"name": limit.name}).one()
+            found = conn.execute(self.statements.bucket(), {"b_name": limit.name}).one()
         return float(found.tokens), float(found.elapsed or 0.0)
 
 

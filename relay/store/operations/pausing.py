@@ -71,12 +71,12 @@ class PauseStore(BaseStore):
         (it is left as it was). ``paused_by``: who, for the list (default: ``by``'s name);
         ``by``: an operator of the console, audited in the same transaction."""
         _check(kind, value)
-        params = {"kind": kind, "value": value}
+        params = {"b_kind": kind, "b_value": value}
         with self._tx() as conn:
             if conn.execute(self.levers.find(), params).first() is not None:
                 return False
             who = paused_by if paused_by is not None else by.name if by else None
-            row = {**params, "reason": reason, "paused_by": who[:255] if who else None}
+            row = {**params, "b_reason": reason, "b_by": who[:255] if who else None}
             conn.execute(self.levers.pause(), row)
             self._audit(conn, by, "pause", kind, value, reason)
             return True
@@ -85,7 +85,7 @@ class PauseStore(BaseStore):
         """Lift the pause ``kind``/``value``; False when it was not in force."""
         _check(kind, value)
         with self._tx() as conn:
-            lifted = conn.execute(self.levers.resume(), {"kind": kind, "value": value}).rowcount
+            lifted = conn.execute(self.levers.resume(), {"b_kind": kind, "b_value": value}).rowcount
             if lifted:
                 self._audit(conn, by, "resume", kind, value, None)
             return bool(lifted)
