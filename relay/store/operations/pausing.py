@@ -14,6 +14,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from relay.config import Settings
+from relay.config.databases import pick, several_databases
+from relay.config.settings import DATABASE_ONLY
+from relay.exceptions import SelectorError
 from relay.store.dialects.levers import LeverStatements
 from relay.store.dialects.operations import Operations
 from relay.store.dispatch_path.holds import DATABASE, EVENT_TYPE, KEY, Pauses
@@ -132,4 +136,60 @@ def _check(kind: str, value: str) -> None:
         raise ValueError(f"a pause's {kind} must be 1-255 characters")
 
 
-__all__ = ["HELD_COUNTED_UP_TO", "KINDS", "Pause", "PauseStore"]
+# -- the Python API (relay.pause, relay.resume, relay.paused) ----------------------------------
+def pause(
+    *,
+    event_type: str | None = None,
+    key: str | None = None,
+    database: str | None = None,
+    reason: str | None = None,
+    settings: Settings | None = None,
+    source: str | None = None,
+) -> bool:
+    """Hold back the event types the glob ``event_type`` matches, the ordering key ``key``, or
+    the whole ``database`` (its ``RELAY_DATABASES`` name), as ``relay pause`` does: rows stay
+    ``pending``, spend no attempt, and every relay of the database holds them within 2 s.
+    ``settings``: default ``Settings.from_env()``; ``source``: the database of
+    ``RELAY_DATABASES`` to act on (``database`` names it when given). False when the pause was
+    already in force."""
+    kind, value, s = _chosen(event_type, key, database, settings, source)
+    return PauseStore.from_url(s.database_url).pause(kind, value, reason=reason, paused_by="api")
+
+
+def resume(
+    *,
+    event_type: str | None = None,
+    key: str | None = None,
+    database: str | None = None,
+    settings: Settings | None = None,
+    source: str | None = None,
+) -> bool:
+    """Lift a pause taken with the same selector (:func:`pause`); False when none was in force."""
+    kind, value, s = _chosen(event_type, key, database, settings, source)
+    return PauseStore.from_url(s.database_url).resume(kind, value)
+
+
+def paused(*, settings: Settings | None = None, source: str | None = None) -> list[Pause]:
+    """The pauses in force in the database (``source``, or the only one configured)."""
+    s = pick(settings or Settings.from_env(only=DATABASE_ONLY), source)[1]
+    return PauseStore.from_url(s.database_url).paused()
+
+
+def _chosen(
+    event_type: str | None,
+    key: str | None,
+    database: str | None,
+    settings: Settings | None,
+    source: str | None,
+) -> tuple[str, str, Settings]:
+    given = [(k, v) for k, v in ((EVENT_TYPE, event_type), (KEY, key), (DATABASE, database)) if v]
+    if len(given) != 1:
+        raise SelectorError("name exactly one of event_type, key or database")
+    kind, value = given[0]
+    s = settings or Settings.from_env(only=DATABASE_ONLY)
+    if kind == DATABASE and source is None and several_databases(s):
+        source = value
+    return kind, value, pick(s, source)[1]
+
+
+__all__ = ["HELD_COUNTED_UP_TO", "KINDS", "Pause", "PauseStore", "pause", "paused", "resume"]
