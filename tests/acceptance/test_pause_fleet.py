@@ -26,8 +26,10 @@ import relay
 from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
 from tests.support.broker import Collector, Received
-from tests.support.env import wait_until
-from tests.support.fleet import RELAY_BIN, Fleet, fleet_env
+from tests.support.celery_fleet import fleet as celery_fleet
+from tests.support.celery_fleet import unique_queue
+from tests.support.env import relay_env, wait_until
+from tests.support.fleet import RELAY_BIN, Fleet, fleet_env, report
 
 pytestmark = [pytest.mark.serial, pytest.mark.timeout(300)]
 
@@ -75,41 +77,44 @@ def _held_rows(engine: sa.Engine) -> set[tuple[str, int, object]]:
         return {tuple(r) for r in conn.execute(query.where(outbox.c.event_type == HELD))}  # type: ignore[misc]
 
 
-def _paused_type_held_while_others_flow(
-    db_url: str,
-    engine: sa.Engine,
-    env: dict[str, str],
-    tmp_path: Path,
-    collector: Collector,
-    others: int,
-    held: int,
+def _held_then_resumed(
+    engine: sa.Engine, env: dict[str, str], collector: Collector, others: int, held: int
 ) -> None:
+    """With relays running: pause the held type, write ``held`` keyed events of it and
+    ``others`` of another type; the others arrive, the held wait pending at attempt 0;
+    resumed, all of them arrive within 20 s, each key in order."""
     _cli(env, "pause", "--event-type", "shop.aud*", "--reason", "consumer down")
+    time.sleep(2.5)  # every relay has read the pause (at most 1 s old at each claim)
+    _enqueue(engine, HELD, held, keys=20)
+    _enqueue(engine, "shop.order", others)
+    collector.drain(others, timeout=60)
+    assert len(_of(collector.received, "shop.order")) == others
+    time.sleep(1.0)  # a claim of the held type would have happened by now
+    assert not _of(collector.received, HELD)
+    assert _held_rows(engine) == {("pending", 0, None)}
+    assert "shop.aud*" in _cli(env, "paused")
+
+    resumed = time.monotonic()
+    _cli(env, "resume", "--event-type", "shop.aud*")
+    collector.drain(others + held, timeout=20)
+    took = time.monotonic() - resumed
+    arrived = _of(collector.received, HELD)
+    assert len({m.message_id for m in arrived}) == held, f"{len(arrived)} of {held} in {took:.1f}s"
+    report("pause", others=others, held=held, resumed_delivered_seconds=took)
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for m in arrived:
+        per_key[m.headers["ordering_key"]].append(int(m.headers["ordering_seq"]))
+    for key, seqs in per_key.items():
+        assert seqs == sorted(seqs), f"key {key} out of order: {seqs}"
+
+
+def _two_loops(
+    engine: sa.Engine, env: dict[str, str], tmp_path: Path, collector: Collector, **counts: int
+) -> None:
     relays = Fleet(env, tmp_path)
     relays.start(2)
     try:
-        _enqueue(engine, HELD, held, keys=20)
-        _enqueue(engine, "shop.order", others)
-        collector.drain(others, timeout=60)
-        assert len(_of(collector.received, "shop.order")) == others
-        time.sleep(1.0)  # a claim of the held type would have happened by now
-        assert not _of(collector.received, HELD)
-        assert _held_rows(engine) == {("pending", 0, None)}
-        assert "shop.aud*" in _cli(env, "paused")
-
-        resumed = time.monotonic()
-        _cli(env, "resume", "--event-type", "shop.aud*")
-        collector.drain(others + held, timeout=20)
-        took = time.monotonic() - resumed
-        arrived = _of(collector.received, HELD)
-        assert len({m.message_id for m in arrived}) == held, (
-            f"{len(arrived)} of {held} in {took:.1f}s"
-        )
-        per_key: dict[str, list[int]] = defaultdict(list)
-        for m in arrived:
-            per_key[m.headers["ordering_key"]].append(int(m.headers["ordering_seq"]))
-        for key, seqs in per_key.items():
-            assert seqs == sorted(seqs), f"key {key} out of order: {seqs}"
+        _held_then_resumed(engine, env, collector, **counts)
         relays.assert_alive()
     finally:
         codes = relays.stop()
@@ -127,9 +132,7 @@ def test_a_paused_type_is_held_while_others_flow(
     """200 events of another type arrive while 120 keyed events of a paused type wait pending
     at attempt 0; resumed, all 120 arrive within 20 s, each key in order."""
     env = fleet_env(db_url, amqp_url, exchange_name)
-    _paused_type_held_while_others_flow(
-        db_url, any_engine, env, tmp_path, collector, others=200, held=120
-    )
+    _two_loops(any_engine, env, tmp_path, collector, others=200, held=120)
 
 
 @pytest.mark.slow
@@ -143,9 +146,40 @@ def test_a_paused_type_is_held_while_others_flow_at_the_issues_numbers(
 ) -> None:
     """Issue 47's numbers: 1,000 others arrive, 600 keyed held; resumed, 600 within 20 s."""
     env = fleet_env(pg_url, amqp_url, exchange_name)
-    _paused_type_held_while_others_flow(
-        pg_url, engine, env, tmp_path, collector, others=1000, held=600
+    _two_loops(engine, env, tmp_path, collector, others=1000, held=600)
+
+
+@pytest.mark.parametrize(
+    ("others", "held"), [(200, 120), pytest.param(1000, 600, marks=pytest.mark.slow)]
+)
+def test_a_paused_type_is_held_while_others_flow_through_a_celery_fleet(
+    pg_url: str,
+    engine: sa.Engine,
+    amqp_url: str,
+    exchange_name: str,
+    tmp_path: Path,
+    collector: Collector,
+    others: int,
+    held: int,
+) -> None:
+    """The same through 1 beat and 2 `celery -A relay worker` processes (claim_and_dispatch
+    goes through the same runtime and store as the loop)."""
+    env = relay_env(
+        database_url=pg_url,
+        broker_url=amqp_url,
+        exchange=exchange_name,
+        queue=unique_queue(),
+        tick_seconds=0.5,
+        lease_seconds=5,
+        confirm_timeout_seconds=2,
     )
+    with celery_fleet(env, tmp_path) as f:
+        procs = [f.beat(), *(f.worker(f"w{i}", ready=False) for i in range(2))]
+        for proc in procs[1:]:
+            proc.wait_for_log(" ready.")
+        _held_then_resumed(engine, env, collector, others=others, held=held)
+        for proc in procs:
+            assert proc.popen.poll() is None, f"{proc.name} exited:\n{proc.log()[-3000:]}"
 
 
 def test_a_pause_holds_on_a_running_fleet_within_two_seconds(
@@ -209,6 +243,7 @@ def test_a_rate_limit_holds_for_two_processes_together(
         collector.drain(500, timeout=30)
         took = time.monotonic() - committed
         assert len({m.message_id for m in collector.received}) == 500
+        report("rate limit 50/s", events=500, seconds=took, rate=500 / took)
         assert 8.0 <= took <= 14.0, f"500 events at 50/s took {took:.1f}s"
         relays.assert_alive()
     finally:
