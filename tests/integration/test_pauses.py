@@ -10,8 +10,10 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.config.rate_limits import RateLimit
+from relay.observe.gauges import OutboxCollector
 from relay.store.dispatch_path.store import DispatchStore
 from relay.store.operations.pausing import PauseStore
+from relay.store.operations.store import OperationsStore
 from relay.store.schema.tables import rate_buckets
 from tests.support.rows import enqueue_many, rows
 
@@ -56,6 +58,12 @@ def test_paused_type_and_key_stay_pending_and_resume_in_order(engine: sa.Engine)
     assert {(r["attempt"], r["locked_by"]) for r in held} == {(0, None)}
     assert DispatchStore(engine).backlog(100) == 0
     assert pauses.held_rows() == 15
+    gauges = {
+        m.name: m.samples[0].value for m in OutboxCollector(OperationsStore(engine)).collect()
+    }
+    assert gauges["relay_pauses"] == 2
+    assert gauges["relay_paused_rows"] == 15
+    assert gauges["relay_oldest_pause_age_seconds"] >= 0
     assert [(p.kind, p.value, p.reason) for p in pauses.paused()] == [
         ("event_type", "mail.*", "smtp down"),
         ("key", "k1", None),
@@ -79,6 +87,7 @@ def test_a_paused_database_claims_nothing(engine: sa.Engine) -> None:
     PauseStore(engine).pause("database", "default")
     assert DispatchStore(engine).claim("w", 10, 60) == []
     assert DispatchStore(engine).backlog(10) == 0
+    assert PauseStore(engine).gauges(100)[:2] == (1, 5)
     PauseStore(engine).resume("database", "default")
     assert len(DispatchStore(engine).claim("w", 10, 60)) == 5
 

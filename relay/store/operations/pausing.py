@@ -20,7 +20,7 @@ from relay.config.settings import DATABASE_ONLY
 from relay.exceptions import SelectorError
 from relay.store.dialects.levers import LeverStatements
 from relay.store.dialects.operations import Operations
-from relay.store.dispatch_path.holds import DATABASE, EVENT_TYPE, KEY, Pauses
+from relay.store.dispatch_path.holds import DATABASE, EVENT_TYPE, KEY, Hold, Pauses
 from relay.store.operations.store import Actor
 from relay.store.transactions import BaseStore
 
@@ -110,6 +110,17 @@ class PauseStore(BaseStore):
             rows = conn.execute(self.levers.in_force()).all()
             hold = Pauses.from_rows((r.kind, r.value) for r in rows).hold()
             return int(conn.execute(self.levers.held_rows(hold, limit)).scalar() or 0)
+
+    def gauges(self, limit: int) -> tuple[int, int, float]:
+        """The metrics' view: pauses in force, pending rows they hold back (counted up to
+        ``limit``; a database pause holds every pending row), and the oldest pause's age in
+        seconds (0: none)."""
+        listed = self.paused()
+        pauses = Pauses.from_rows((p.kind, p.value) for p in listed)
+        hold = Hold(types=("*",)) if pauses.database else pauses.hold()
+        with self._tx() as conn:
+            held = int(conn.execute(self.levers.held_rows(hold, limit)).scalar() or 0)
+        return len(listed), held, max((p.age_seconds for p in listed), default=0.0)
 
     def _audit(
         self,

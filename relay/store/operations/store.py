@@ -108,6 +108,13 @@ class OperationsStore(BaseStore):
         age_s = None if age is None else max(0.0, float(age))
         return StatusReport(counts, age_s, expired, stalled_keys=stalled)
 
+    def pause_gauges(self, limit: int) -> tuple[int, int, float]:
+        """Pauses in force, the pending rows they hold (up to ``limit``), the oldest's age
+        (``relay.store.operations.pausing.PauseStore.gauges``)."""
+        from relay.store.operations.pausing import PauseStore
+
+        return PauseStore(self.engine).gauges(limit)
+
     def retention_gauges(self) -> tuple[int, float | None]:
         """Rows past the retention the last purge run left, and seconds since the oldest sent
         row still in the table was sent (None: no sent row): the purge's metrics."""
