@@ -122,9 +122,11 @@ class Settings:
     max_connections: int = 20
     #: Several databases: most of those to one server (host:port); None: ``max_connections``.
     max_server_connections: int | None = None
-    #: Fleet-wide caps per event type, ``TYPE_PATTERN=N/s,...`` (``orders.*=50/s``): every relay
-    #: of a database shares one token bucket per limit (``relay.config.rate_limits``); rows
-    #: beyond the rate wait ``pending``, in order, spending no attempt. None: no limit.
+    #: Fleet-wide caps per event type, ``TYPE_PATTERN=N/s,...`` (``orders.*=50/s``, the glob of
+    #: ``relay failed list --event-type``): every relay of a database shares one token bucket
+    #: per limit (a row of ``relay_rate_buckets`` refilled by the database clock, holding at
+    #: most one second's worth); rows beyond the rate wait ``pending``, in order, spending no
+    #: attempt. None: no limit.
     rate_limits: str | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
@@ -21,8 +21,10 @@ from relay.exceptions import SelectorError
 from relay.store.dialects.levers import LeverStatements
 from relay.store.dialects.operations import Operations
 from relay.store.dispatch_path.holds import DATABASE, EVENT_TYPE, KEY, Hold, Pauses
-from relay.store.operations.store import Actor
 from relay.store.transactions import BaseStore
+
+if TYPE_CHECKING:
+    from relay.store.operations.store import Actor
 
 #: What a pause can hold back, as the CLI and the console name it.
 KINDS = (EVENT_TYPE, KEY, DATABASE)
