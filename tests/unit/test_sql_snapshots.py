@@ -64,6 +64,8 @@ NOT_STATEMENTS = {
     "within_bytes",
     "bound_params",
     "holding",
+    "none_of",
+    "like_none",
 }
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.

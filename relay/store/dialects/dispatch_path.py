@@ -140,12 +140,13 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         held: list[ColumnElement[bool]] = []
         names = [t for t in hold.types if not is_glob(t)]
         if names:
-            held.append(outbox.c.event_type.not_in(names))
-        for glob in (t for t in hold.types if is_glob(t)):
-            held.append(not_(outbox.c.event_type.like(like_pattern(glob), escape="\\")))
+            held.append(self.none_of(outbox.c.event_type, names))
+        globs = [like_pattern(t) for t in hold.types if is_glob(t)]
+        if globs:
+            held.append(self.like_none(outbox.c.event_type, globs))
         if hold.keys:
             key = outbox.c.ordering_key
-            held.append(or_(key.is_(None), key.not_in(list(hold.keys))))
+            held.append(or_(key.is_(None), self.none_of(key, list(hold.keys))))
         if hold.only is not None:
             only = hold.only
             held.append(
@@ -184,6 +185,14 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
             func.coalesce(outbox.c.status, "") == PROCESSING,
             outbox.c.locked_until < self.now(),
         )
+
+    def none_of(self, column: ColumnElement[Any], values: list[str]) -> ColumnElement[bool]:
+        """``column NOT IN (values)``."""
+        return column.not_in(values)
+
+    def like_none(self, column: ColumnElement[Any], patterns: list[str]) -> ColumnElement[bool]:
+        """``column`` matches none of the LIKE ``patterns`` (escaped with a backslash)."""
+        return and_(*(not_(column.like(p, escape="\\")) for p in patterns))
 
     def unordered_ids(
         self,

@@ -66,6 +66,17 @@ class PostgresDialect(ReturningDialect):
         """``extract(epoch from now())``."""
         return type_coerce(literal_column("extract(epoch from now())"), sa.Float)
 
+    def none_of(self, column: ColumnElement[Any], values: list[str]) -> ColumnElement[bool]:
+        """``column <> ALL(array)``: one parameter whatever the count, so a claim under 100
+        pauses is a statement as short as one under none (psycopg converts a long statement's
+        placeholders anew at every execution: 1.7 ms a claim with 100 expanded names)."""
+        return column != sa.all_(bindparam(None, values, type_=ARRAY(sa.Text)))
+
+    def like_none(self, column: ColumnElement[Any], patterns: list[str]) -> ColumnElement[bool]:
+        """``NOT (column LIKE ANY(array))``: one parameter (backslash is PostgreSQL's own
+        LIKE escape)."""
+        return sa.not_(column.like(sa.any_(bindparam(None, patterns, type_=ARRAY(sa.Text)))))
+
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """``CAST(column AS TEXT)``: psycopg reads text in C, where its jsonb loader calls
         back into Python for every value (a claimed row read in 10 µs of CPU instead of 1.5,

@@ -52,7 +52,7 @@ INSERT INTO relay_heartbeats (name, beat_at) VALUES (%s, (UTC_TIMESTAMP(6)));
 -- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
 UPDATE relay_heartbeats SET beat_at=(UTC_TIMESTAMP(6)) WHERE relay_heartbeats.name = %s;
 
--- bucket: The bucket named ``name``: its tokens and the seconds since it was last refilled,
+-- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
 SELECT relay_rate_buckets.tokens, timestampdiff(MICROSECOND, relay_rate_buckets.refilled_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS elapsed
 FROM relay_rate_buckets
 WHERE relay_rate_buckets.name = %s FOR UPDATE;
@@ -129,7 +129,7 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
--- find: The pause bound as ``kind`` and ``value``, if in force.
+-- find: The pause bound as ``b_kind`` and ``b_value``, if in force.
 SELECT relay_pauses.id
 FROM relay_pauses
 WHERE relay_pauses.kind = %s AND relay_pauses.value = %s;
@@ -231,7 +231,7 @@ UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)
 -- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
--- new_bucket: A bucket named ``name`` holding ``tokens``, refilled now.
+-- new_bucket: A bucket named ``b_name`` holding ``b_tokens``, refilled now.
 INSERT INTO relay_rate_buckets (name, tokens) VALUES (%s, %s);
 
 -- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
@@ -260,10 +260,10 @@ WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
  LIMIT %s) AS oldest
 WHERE oldest.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND oldest.status = 'sent';
 
--- pause: One pause; bind ``kind``, ``value``, ``reason``, ``paused_by`` (a pause already in
-INSERT INTO relay_pauses (id, kind, value, reason, paused_by, paused_at) VALUES (%s, %s, %s, %s, %s, %s);
+-- pause: One pause; bind ``b_kind``, ``b_value``, ``b_reason``, ``b_by`` (a pause already in
+INSERT INTO relay_pauses (kind, value, reason, paused_by) VALUES (%s, %s, %s, %s);
 
--- pay: Set the bucket ``name`` to ``tokens``, refilled now (database time).
+-- pay: Set the bucket ``b_name`` to ``b_tokens``, refilled now (database time).
 UPDATE relay_rate_buckets SET tokens=%s, refilled_at=(UTC_TIMESTAMP(6)) WHERE relay_rate_buckets.name = %s;
 
 -- pick_statement: ``SELECT id, <bytes> … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED``
@@ -311,7 +311,7 @@ UPDATE outbox SET status='pending', next_retry_at=timestampadd(MICROSECOND, CAST
 -- reserve_key: ``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it).
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, %s) ON DUPLICATE KEY UPDATE last_seq = outbox_sequence.last_seq;
 
--- resume: Lift the pause bound as ``kind`` and ``value``.
+-- resume: Lift the pause bound as ``b_kind`` and ``b_value``.
 DELETE FROM relay_pauses WHERE relay_pauses.kind = %s AND relay_pauses.value = %s;
 
 -- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.

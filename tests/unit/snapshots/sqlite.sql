@@ -52,7 +52,7 @@ INSERT INTO relay_heartbeats (name, beat_at) VALUES (?, (strftime('%Y-%m-%d %H:%
 -- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
 UPDATE relay_heartbeats SET beat_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_heartbeats.name = ?;
 
--- bucket: The bucket named ``name``: its tokens and the seconds since it was last refilled,
+-- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
 SELECT relay_rate_buckets.tokens, (julianday('now') - julianday(relay_rate_buckets.refilled_at)) * 86400.0 AS elapsed
 FROM relay_rate_buckets
 WHERE relay_rate_buckets.name = ?;
@@ -146,7 +146,7 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
--- find: The pause bound as ``kind`` and ``value``, if in force.
+-- find: The pause bound as ``b_kind`` and ``b_value``, if in force.
 SELECT relay_pauses.id
 FROM relay_pauses
 WHERE relay_pauses.kind = ? AND relay_pauses.value = ?;
@@ -248,7 +248,7 @@ UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-
 -- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
--- new_bucket: A bucket named ``name`` holding ``tokens``, refilled now.
+-- new_bucket: A bucket named ``b_name`` holding ``b_tokens``, refilled now.
 INSERT INTO relay_rate_buckets (name, tokens) VALUES (?, ?);
 
 -- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
@@ -277,10 +277,10 @@ WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
  LIMIT ? OFFSET ?) AS oldest
 WHERE oldest.sent_at < strftime(?, 'now', printf(?, ?)) AND oldest.status = 'sent';
 
--- pause: One pause; bind ``kind``, ``value``, ``reason``, ``paused_by`` (a pause already in
-INSERT INTO relay_pauses (id, kind, value, reason, paused_by, paused_at) VALUES (?, ?, ?, ?, ?, ?);
+-- pause: One pause; bind ``b_kind``, ``b_value``, ``b_reason``, ``b_by`` (a pause already in
+INSERT INTO relay_pauses (kind, value, reason, paused_by) VALUES (?, ?, ?, ?);
 
--- pay: Set the bucket ``name`` to ``tokens``, refilled now (database time).
+-- pay: Set the bucket ``b_name`` to ``b_tokens``, refilled now (database time).
 UPDATE relay_rate_buckets SET tokens=?, refilled_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_rate_buckets.name = ?;
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
@@ -322,7 +322,7 @@ UPDATE outbox SET status='pending', next_retry_at=strftime(?, 'now', printf(?, ?
 -- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
 
--- resume: Lift the pause bound as ``kind`` and ``value``.
+-- resume: Lift the pause bound as ``b_kind`` and ``b_value``.
 DELETE FROM relay_pauses WHERE relay_pauses.kind = ? AND relay_pauses.value = ?;
 
 -- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts.
