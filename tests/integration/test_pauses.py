@@ -93,21 +93,24 @@ def test_a_paused_database_claims_nothing(engine: sa.Engine) -> None:
 
 
 def test_a_rate_limit_takes_what_its_bucket_holds(engine: sa.Engine) -> None:
-    """``T=5/s``: the first claim takes the other type whole and five of T (a full bucket:
-    one second's worth), the next at once takes no more of T; the bucket row shows the spend.
-    Rows of T keep their order: the first five claimed are the oldest."""
+    """``limited.*=0.01/s``: the first claim takes the other type whole and one row of the
+    limited type (a full bucket holds one token: no refill worth a row for 100 s), the oldest;
+    the next claims take no more of it, the bucket row shows the spend and the backlog counts
+    the limited rows as no work."""
     enqueue_many(engine, 20, "limited.t")
     enqueue_many(engine, 10, "free.u")
-    store = DispatchStore(engine, rate_limits=(RateLimit("limited.*", 5.0),))
+    store = DispatchStore(engine, rate_limits=(RateLimit("limited.*", 0.01),))
     first = store.claim("w", 100, 60)
-    assert sorted(e.event_type for e in first) == ["free.u"] * 10 + ["limited.t"] * 5
-    limited = [e.payload["n"] for e in first if e.event_type == "limited.t"]
-    assert limited == [0, 1, 2, 3, 4]
-    assert [e.event_type for e in store.claim("w", 100, 60)] == []
+    assert sorted(e.event_type for e in first) == ["free.u"] * 10 + ["limited.t"]
+    assert [e.payload["n"] for e in first if e.event_type == "limited.t"] == [0]
+    enqueue_many(engine, 3, "free.u")
+    assert [e.event_type for e in store.claim("w", 100, 60)] == ["free.u"] * 3
     with engine.connect() as conn:
         (tokens,) = conn.execute(sa.select(rate_buckets.c.tokens)).one()
-    assert 0 <= tokens < 1.5
-    assert store.backlog(100) == 0  # spent: no work until tokens are back
+    assert 0 <= tokens < 0.5
+    assert store.backlog(100) == 0  # spent: no work until a token is back
+    fresh = DispatchStore(engine, rate_limits=(RateLimit("limited.*", 0.01),))
+    assert fresh.claim("w", 100, 60) == []  # another relay shares the same bucket
 
 
 def test_a_key_paused_mid_run_keeps_its_order(engine: sa.Engine) -> None:

@@ -85,11 +85,17 @@ class LeverStatements:
     # -- rate limits -------------------------------------------------------------------------
     def bucket(self) -> Select[Any]:
         """The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
-        locked (claims of its types take turns on this row, fleet-wide)."""
+        locked, or no row while another claim holds it (claims of its types take turns on this
+        row, fleet-wide, and none waits for its turn)."""
         since = self.dialect.seconds_since(rate_buckets.c.refilled_at).label("elapsed")
         stmt = select(rate_buckets.c.tokens, since)
         stmt = stmt.where(rate_buckets.c.name == bindparam("b_name"))
-        return stmt.with_for_update()  # SQLite: the claim's BEGIN IMMEDIATE already serializes
+        # SQLite: the claim's BEGIN IMMEDIATE already serializes.
+        return stmt.with_for_update(skip_locked=True)
+
+    def bucket_exists(self) -> Select[Any]:
+        """Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's)."""
+        return select(rate_buckets.c.name).where(rate_buckets.c.name == bindparam("b_name"))
 
     def new_bucket(self) -> Insert:
         """A bucket named ``b_name`` holding ``b_tokens``, refilled now."""

@@ -4,14 +4,17 @@ at most once a second, and the rate limits' token buckets, taken in the claim's 
 Every runner claims through :class:`relay.store.dispatch_path.store.DispatchStore`, so every
 runner honours both here, once. A claim runs in two parts:
 
-- the main claim holds back paused rows and every rate-limited type (so claims of other types
-  never wait on a bucket);
-- then, per limit, while the batch has room and the bucket is not known empty: lock its bucket
-  row (claims of that type take turns fleet-wide), refill it by the database clock, claim at
-  most as many rows of the type as it holds whole tokens (keys in order, as any claim) and pay
-  for what was taken. A relay that emptied a bucket leaves its type alone until tokens are
-  back (``relay.config.rate_limits.rest_seconds``), so it neither spins nor locks the row in
-  vain; its backlog counts the type as no work meanwhile.
+- first, per limit, within half of the batch and unless its bucket is known empty: lock its
+  bucket row (claims of that type take turns fleet-wide; a claim that finds it locked skips
+  the type this time instead of waiting), refill it by the database clock, claim at most as
+  many rows of the type as it holds whole tokens (keys in order, as any claim) and pay for what
+  was taken;
+- then the main claim, the rest of the batch: it holds back paused rows and every
+  rate-limited type, so it never waits on a bucket.
+
+A relay that emptied a bucket leaves its type alone until tokens are back
+(``relay.config.rate_limits.rest_seconds``), so it neither spins nor locks the row in vain; its
+backlog counts the type as no work meanwhile.
 """
 
 from __future__ import annotations
@@ -79,25 +82,35 @@ class Levers:
         held = pauses.hold()
         if not self.limits:
             return self.dialect.claim(conn, replace(ask, hold=held))
-        rows = self.dialect.claim(
-            conn, replace(ask, hold=held.also(lim.pattern for lim in self.limits))
-        )
+        # The limited lanes first, together at most half of the batch (a backlog of other types
+        # cannot starve a limited one, nor a fast limit the others), then the main claim.
+        share = (ask.limit + 1) // 2
+        rows: list[Row[Any]] = []
         earlier: list[str] = []
         for limit in self.limits:
-            left = ask.limit - len(rows)
-            left_bytes = None if ask.max_bytes is None else ask.max_bytes - _bytes(rows)
-            if left <= 0 or (left_bytes is not None and left_bytes <= 0):
+            left = share - len(rows)
+            if left <= 0:
                 break
             if self._resting.get(limit.name, 0) <= self.clock():
                 hold = Hold(held.types + tuple(earlier), held.keys, only=limit.pattern)
-                lane = replace(ask, limit=left, max_bytes=left_bytes, hold=hold)
-                rows += self._take(conn, lane, limit)
+                rows += self._take(conn, replace(ask, limit=left, hold=hold), limit)
             earlier.append(limit.pattern)
-        return rows
+        left_bytes = None if ask.max_bytes is None else ask.max_bytes - _bytes(rows)
+        if ask.limit - len(rows) <= 0 or (left_bytes is not None and left_bytes <= 0):
+            return rows
+        unlimited = held.also(limit.pattern for limit in self.limits)
+        main = replace(ask, limit=ask.limit - len(rows), max_bytes=left_bytes, hold=unlimited)
+        if rows:
+            main = replace(main, first_anyway=False)
+        return rows + self.dialect.claim(conn, main)
 
     def _take(self, conn: Connection, ask: Ask, limit: RateLimit) -> list[Row[Any]]:
-        """Claim the rows of one limit's types that its bucket pays for (bucket row locked)."""
-        tokens = refilled(*self._bucket(conn, limit), limit)
+        """Claim the rows of one limit's types that its bucket pays for (bucket row locked);
+        none when another relay holds the bucket now (its turn: this one does not wait)."""
+        bucket = self._bucket(conn, limit)
+        if bucket is None:
+            return []
+        tokens = refilled(*bucket, limit)
         wanted = takeable(tokens, ask.limit)
         rows = self.dialect.claim(conn, replace(ask, limit=wanted)) if wanted else []
         if rows:
@@ -107,18 +120,21 @@ class Levers:
         self._resting[limit.name] = self.clock() + rest
         return rows
 
-    def _bucket(self, conn: Connection, limit: RateLimit) -> tuple[float, float]:
-        """The bucket's tokens and seconds since its refill, locked; made full if missing."""
-        found = conn.execute(self.statements.bucket(), {"b_name": limit.name}).first()
-        if found is None:
-            try:
-                with conn.begin_nested():
-                    params = {"b_name": limit.name, "b_tokens": limit.burst}
-                    conn.execute(self.statements.new_bucket(), params)
-            except IntegrityError:
-                pass  # another relay made it meanwhile: lock theirs
-            found = conn.execute(self.statements.bucket(), {"b_name": limit.name}).one()
-        return float(found.tokens), float(found.elapsed or 0.0)
+    def _bucket(self, conn: Connection, limit: RateLimit) -> tuple[float, float] | None:
+        """The bucket's tokens and seconds since its refill, locked (skipping it when another
+        claim holds it: None); made full when missing."""
+        params = {"b_name": limit.name}
+        found = conn.execute(self.statements.bucket(), params).first()
+        if found is not None:
+            return float(found.tokens), float(found.elapsed or 0.0)
+        if conn.execute(self.statements.bucket_exists(), params).first() is not None:
+            return None  # locked by another relay's claim
+        try:
+            with conn.begin_nested():
+                conn.execute(self.statements.new_bucket(), {**params, "b_tokens": limit.burst})
+        except IntegrityError:
+            return None  # another relay made it meanwhile
+        return limit.burst, 0.0
 
 
 def _bytes(rows: list[Row[Any]]) -> int:

@@ -55,7 +55,12 @@ UPDATE relay_heartbeats SET beat_at=(UTC_TIMESTAMP(6)) WHERE relay_heartbeats.na
 -- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
 SELECT relay_rate_buckets.tokens, timestampdiff(MICROSECOND, relay_rate_buckets.refilled_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS elapsed
 FROM relay_rate_buckets
-WHERE relay_rate_buckets.name = %s FOR UPDATE;
+WHERE relay_rate_buckets.name = %s FOR UPDATE SKIP LOCKED;
+
+-- bucket_exists: Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's).
+SELECT relay_rate_buckets.name
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = %s;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;

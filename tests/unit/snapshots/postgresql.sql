@@ -68,7 +68,12 @@ UPDATE relay_heartbeats SET beat_at=now() WHERE relay_heartbeats.name = %(b_name
 -- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
 SELECT relay_rate_buckets.tokens, CAST(EXTRACT(epoch FROM now() - relay_rate_buckets.refilled_at) AS FLOAT) AS elapsed
 FROM relay_rate_buckets
-WHERE relay_rate_buckets.name = %(b_name)s::VARCHAR FOR UPDATE;
+WHERE relay_rate_buckets.name = %(b_name)s::VARCHAR FOR UPDATE SKIP LOCKED;
+
+-- bucket_exists: Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's).
+SELECT relay_rate_buckets.name
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = %(b_name)s::VARCHAR;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;

@@ -57,6 +57,11 @@ SELECT relay_rate_buckets.tokens, (julianday('now') - julianday(relay_rate_bucke
 FROM relay_rate_buckets
 WHERE relay_rate_buckets.name = ?;
 
+-- bucket_exists: Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's).
+SELECT relay_rate_buckets.name
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = ?;
+
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
