@@ -33,6 +33,9 @@ from relay.store.dialects.levers import LeverStatements
 from relay.store.dispatch_path.claimsize import Ask, text_bytes
 from relay.store.dispatch_path.holds import Hold, Pauses
 
+#: While claims find rows of limited types only, the main claim (which reads past them) runs
+#: at most this often: a row of another type then waits up to this long more.
+MAIN_RECHECK_SECONDS = 0.1
 #: A relay reads the pauses in force at most this often: a pause or a resume holds on every
 #: relay of the fleet within twice this (a read just missed, then the claim after the next).
 PAUSES_READ_SECONDS = 1.0
@@ -54,6 +57,9 @@ class Levers:
         #: Per limit, until when (``clock``) this relay leaves its type alone: its bucket was
         #: found empty.
         self._resting: dict[str, float] = {}
+        #: When the main claim last found nothing (None: it found rows), while limited lanes
+        #: claimed: it is skipped for :data:`MAIN_RECHECK_SECONDS` after.
+        self._main_empty_at: float | None = None
 
     def pauses(self, conn: Connection) -> Pauses:
         """The pauses in force, read again when the last read is a second old."""
@@ -98,11 +104,21 @@ class Levers:
         left_bytes = None if ask.max_bytes is None else ask.max_bytes - _bytes(rows)
         if ask.limit - len(rows) <= 0 or (left_bytes is not None and left_bytes <= 0):
             return rows
+        now = self.clock()
+        recent = (
+            self._main_empty_at is not None and now - self._main_empty_at < MAIN_RECHECK_SECONDS
+        )
+        if rows and recent:
+            # Only limited rows moved lately: the main claim would read past all of them again
+            # for nothing (its cost grows with their backlog). Others wait this long more.
+            return rows
         unlimited = held.also(limit.pattern for limit in self.limits)
         main = replace(ask, limit=ask.limit - len(rows), max_bytes=left_bytes, hold=unlimited)
         if rows:
             main = replace(main, first_anyway=False)
-        return rows + self.dialect.claim(conn, main)
+        others = self.dialect.claim(conn, main)
+        self._main_empty_at = None if others else now
+        return rows + others
 
     def _take(self, conn: Connection, ask: Ask, limit: RateLimit) -> list[Row[Any]]:
         """Claim the rows of one limit's types that its bucket pays for (bucket row locked);
@@ -141,4 +157,4 @@ def _bytes(rows: list[Row[Any]]) -> int:
     return sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)
 
 
-__all__ = ["PAUSES_READ_SECONDS", "Levers"]
+__all__ = ["MAIN_RECHECK_SECONDS", "PAUSES_READ_SECONDS", "Levers"]
