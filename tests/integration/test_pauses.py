@@ -124,3 +124,16 @@ def test_a_key_paused_mid_run_keeps_its_order(engine: sa.Engine) -> None:
     assert _drain(engine) == []
     PauseStore(engine).resume("key", "k0")
     assert [n for _, _, n in _drain(engine)] == list(range(len(first), 10))
+
+
+def test_a_backlog_of_other_types_does_not_starve_a_limited_one(engine: sa.Engine) -> None:
+    """Both waiting: a claim gives the limited type (within its bucket) up to half of the batch
+    and the other types the rest, oldest first in each."""
+    enqueue_many(engine, 30, "free.u")
+    enqueue_many(engine, 30, "limited.t")
+    store = DispatchStore(engine, rate_limits=(RateLimit("limited.*", 1000.0),))
+    claimed = store.claim("w", 10, 60)
+    by_type = {
+        t: [e.payload["n"] for e in claimed if e.event_type == t] for t in ("free.u", "limited.t")
+    }
+    assert by_type == {"free.u": [0, 1, 2, 3, 4], "limited.t": [0, 1, 2, 3, 4]}

@@ -89,8 +89,12 @@ class Levers:
         if not self.limits:
             return self.dialect.claim(conn, replace(ask, hold=held))
         # The limited lanes first, together at most half of the batch (a backlog of other types
-        # cannot starve a limited one, nor a fast limit the others), then the main claim.
-        share = (ask.limit + 1) // 2
+        # cannot starve a limited one, nor a fast limit the others), then the main claim; the
+        # whole batch while the main claim lately found nothing (it is skipped then, below).
+        now = self.clock()
+        last = self._main_empty_at
+        quiet = last is not None and now - last < MAIN_RECHECK_SECONDS
+        share = ask.limit if quiet else (ask.limit + 1) // 2
         rows: list[Row[Any]] = []
         earlier: list[str] = []
         for limit in self.limits:
@@ -104,11 +108,7 @@ class Levers:
         left_bytes = None if ask.max_bytes is None else ask.max_bytes - _bytes(rows)
         if ask.limit - len(rows) <= 0 or (left_bytes is not None and left_bytes <= 0):
             return rows
-        now = self.clock()
-        recent = (
-            self._main_empty_at is not None and now - self._main_empty_at < MAIN_RECHECK_SECONDS
-        )
-        if rows and recent:
+        if rows and quiet:
             # Only limited rows moved lately: the main claim would read past all of them again
             # for nothing (its cost grows with their backlog). Others wait this long more.
             return rows
