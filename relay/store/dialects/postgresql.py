@@ -70,12 +70,12 @@ class PostgresDialect(ReturningDialect):
         """``column <> ALL(array)``: one parameter whatever the count, so a claim under 100
         pauses is a statement as short as one under none (psycopg converts a long statement's
         placeholders anew at every execution: 1.7 ms a claim with 100 expanded names)."""
-        return column != sa.all_(bindparam(None, values, type_=ARRAY(sa.Text)))
+        return column != sa.all_(_text_array(values))
 
     def like_none(self, column: ColumnElement[Any], patterns: list[str]) -> ColumnElement[bool]:
         """``NOT (column LIKE ANY(array))``: one parameter (backslash is PostgreSQL's own
         LIKE escape)."""
-        return sa.not_(column.like(sa.any_(bindparam(None, patterns, type_=ARRAY(sa.Text)))))
+        return sa.not_(column.like(sa.any_(_text_array(patterns))))
 
     def json_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """``CAST(column AS TEXT)``: psycopg reads text in C, where its jsonb loader calls
@@ -304,6 +304,15 @@ class PostgresOperations(Operations):
         """``pg_try_advisory_xact_lock``: released at commit, so it also works behind a
         transaction-pooling proxy."""
         return bool(conn.execute(self.advisory_lock(), {"key": key}).scalar())
+
+
+def _text_array(values: list[str]) -> ColumnElement[Any]:
+    """``values`` as one ``text[]`` parameter, bound as its array literal (``{"a","b"}``):
+    psycopg dumps one string at each execution, where a list of 90 took it about a
+    millisecond a claim."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    literal = "{" + ",".join(quoted) + "}"
+    return sa.cast(bindparam(None, literal, type_=sa.Text), ARRAY(sa.Text))
 
 
 def _xid(value: ColumnElement[Any]) -> ColumnElement[int]:
