@@ -27,17 +27,17 @@ SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT %(param_4)s::INTEGER) AS anon_3 UNION ALL SELECT anon_4.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (%(param_5)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_6)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_7)s::TEXT[])) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_8)s::INTEGER) AS anon_4 ORDER BY id
  LIMIT %(param_9)s::INTEGER) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT o.id AS id
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
 FROM outbox
-WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (%(param_10)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_11)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_12)s::TEXT[]))
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_10)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_11)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_12)s::VARCHAR AS TEXT[])))
  LIMIT %(param_13)s::INTEGER) AS o ON true
  LIMIT %(param_14)s::INTEGER) AS anon_5) AS anon_1;
 
@@ -46,12 +46,12 @@ SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_4)s::INTEGER) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT o.id AS id
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
 FROM outbox
-WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (%(param_5)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_6)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_7)s::TEXT[]))
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[])))
  LIMIT %(param_8)s::INTEGER) AS o ON true
  LIMIT %(param_9)s::INTEGER) AS anon_4) AS anon_1;
 
@@ -84,11 +84,11 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (%(param_5)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_6)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_7)s::TEXT[])) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_4 ORDER BY id
  LIMIT %(param_9)s::INTEGER) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id;
@@ -99,7 +99,7 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id;
 
@@ -219,7 +219,7 @@ WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = '
 SELECT o.id, o.ordering_key, o.seq, o.size
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[]))
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[])))
  LIMIT %(param_4)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true ORDER BY o.id
  LIMIT %(param_5)s::INTEGER;
 
@@ -236,7 +236,7 @@ WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status
 SELECT count(*) AS count_1
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.status = 'pending' AND NOT (outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])))
+WHERE outbox.status = 'pending' AND NOT (outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))))
  LIMIT %(param_4)s::INTEGER) AS anon_1;
 
 -- id_sequence: The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.
@@ -393,7 +393,7 @@ UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=
 SELECT o.id, o.ordering_key, o.seq, o.size
 FROM unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, seq) JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[]))
+WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[])))
  LIMIT %(param_4)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true;
 
 -- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
@@ -456,11 +456,11 @@ UPDATE relay_purger SET holder=%(b_holder)s::VARCHAR, expires_at=(now() + %(b_se
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (%(param_5)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_6)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_7)s::TEXT[])) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_9)s::INTEGER;
 
@@ -468,7 +468,7 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (%(param_1)s::TEXT[]) AND NOT (outbox.event_type LIKE ANY (%(param_2)s::TEXT[])) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (%(param_3)s::TEXT[])) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
