@@ -19,7 +19,7 @@ from relay.commands.command import Command
 from relay.config import Settings
 from relay.config.settings import REPLAY_ONLY
 from relay.records import Status
-from relay.store.operations.store import Actor
+from relay.store.operations.actions import Actor
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,8 @@ from relay.records import Status
 from relay.store.operations.filters import EventFilter, parse_duration, parse_when
 
 if TYPE_CHECKING:
-    from relay.store.operations.store import Changed, OperationsStore
+    from relay.store.operations.actions import Changed
+    from relay.store.operations.store import OperationsStore
 
 #: Columns of the table, with their widths (the last one takes the rest of the line).
 _COLUMNS = (("id", 10), ("event_type", 28), ("key", 16), ("status", 10), ("att", 4))

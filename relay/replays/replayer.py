@@ -40,8 +40,9 @@ from relay.exceptions import ReplayRefused, StoreError
 from relay.publishers import Publisher
 from relay.publishers.queue_replay import check_queue, for_queue
 from relay.records import ClaimedEvent, Status
+from relay.store.operations.actions import Actor, Changed
 from relay.store.operations.filters import EventFilter
-from relay.store.operations.store import Actor, Changed, OperationsStore
+from relay.store.operations.store import OperationsStore
 from relay.store.schema.eventids import default_source
 
 log = logging.getLogger(__name__)

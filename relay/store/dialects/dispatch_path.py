@@ -49,8 +49,10 @@ from relay.ordering import cut_runs
 from relay.store.dialects.caller_transaction import InboxStatements, ProducerStatements
 from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
+from relay.store.dialects.holding import HeldRows
 from relay.store.dialects.keys import KeyHeads
 from relay.store.dispatch_path.claimsize import Ask, fit_bytes, text_bytes
+from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
 
@@ -65,7 +67,7 @@ MAX_BYTES = bindparam("max_bytes", type_=BigInteger)
 FIRST_ANYWAY = bindparam("first_anyway", type_=Boolean)
 
 
-class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
+class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, HeldRows):
     """SQL for one database. Subclasses implement the clock, the claim and the upserts."""
 
     def _upsert_sent_counts(self, values: dict[str, Any]) -> Insert:
@@ -140,11 +142,13 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         """A locked head or run row as a claim reads it: its place and its size in bytes."""
         return (*_PLACE, self.row_bytes().label("size"))
 
-    def due(self) -> ColumnElement[bool]:
-        """Unfinished rows a worker may take now: due pending rows and expired leases."""
+    def due(self, hold: Hold = NO_HOLD) -> ColumnElement[bool]:
+        """Unfinished rows a worker may take now: due pending rows and expired leases, but
+        none that ``hold`` holds back."""
         return and_(
             outbox.c.status.in_([PENDING, PROCESSING]),
             or_(self.pending_due(), self.lease_expired()),
+            *self.holding(hold),
         )
 
     def pending_due(self) -> ColumnElement[bool]:
@@ -178,7 +182,13 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         )
 
     def unordered_ids(
-        self, limit: int, *, locked: bool = True, expired: bool = True, sized: bool = False
+        self,
+        limit: int,
+        *,
+        locked: bool = True,
+        expired: bool = True,
+        sized: bool = False,
+        hold: Hold = NO_HOLD,
     ) -> CompoundSelect[Any] | Select[Any]:
         """The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
         not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases, the
@@ -190,7 +200,8 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         not (an entry per row claimed since the last vacuum), so a claim reads it only when
         ``expired`` (:class:`relay.store.dispatch_path.lease_sweep.LeaseSweep`): without, the
         pending lane alone.
-        ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it."""
+        ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it;
+        rows ``hold`` holds back are skipped (:meth:`holding`)."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_due(), (outbox.c.id,))
         ]
@@ -201,7 +212,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
             columns += (self.row_bytes().label("size"),)
         lanes = []
         for due, order in wanted:
-            lane = select(*columns).where(outbox.c.seq.is_(None), due)
+            lane = select(*columns).where(outbox.c.seq.is_(None), due, *self.holding(hold))
             lane = lane.order_by(*order).limit(limit)
             rows = (self.lock(lane) if locked else lane).subquery()
             lanes.append(select(*rows.c))
@@ -225,27 +236,29 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         return select(sized.c.id).where(or_(sized.c.upto <= MAX_BYTES, first))
 
     @cached
-    def heads_statement(self, limit: int) -> Select[Any]:
+    def heads_statement(self, limit: int, hold: Hold = NO_HOLD) -> Select[Any]:
         """Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked."""
-        return self.lock(self._due_heads(*self.place()).order_by(outbox.c.id).limit(limit))
+        heads = self._due_heads(*self.place(), hold=hold)
+        return self.lock(heads.order_by(outbox.c.id).limit(limit))
 
-    def _due_heads(self, *columns: ColumnElement[Any]) -> Select[Any]:
+    def _due_heads(self, *columns: ColumnElement[Any], hold: Hold = NO_HOLD) -> Select[Any]:
         """``columns`` of each key's head (number ``sent_seq + 1``) that is claimable now."""
         head = and_(
             outbox.c.ordering_key == outbox_progress.c.ordering_key,
             outbox.c.seq == outbox_progress.c.sent_seq + 1,
         )
-        return select(*columns).select_from(outbox_progress.join(outbox, head)).where(self.due())
+        joined = outbox_progress.join(outbox, head)
+        return select(*columns).select_from(joined).where(self.due(hold))
 
     @cached
-    def run_statement(self) -> Select[Any]:
+    def run_statement(self, hold: Hold = NO_HOLD) -> Select[Any]:
         """The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked."""
         return self.lock(
             select(*self.place()).where(
                 tuple_(outbox.c.ordering_key, outbox.c.seq).in_(
                     bindparam("places", expanding=True)
                 ),
-                self.due(),
+                self.due(hold),
             )
         )
 
@@ -292,7 +305,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         up to half of the bytes, the unordered rows what the heads left, the runs behind the
         heads what is left then."""
         limit, max_bytes = ask.limit, ask.max_bytes
-        heads = conn.execute(self.heads_statement(limit)).all()
+        heads = conn.execute(self.heads_statement(limit, ask.hold)).all()
         # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
         # the next claim, this worker's pipelined one or another worker's: a backlog over a few
         # keys then moves through several workers at once instead of one.
@@ -316,7 +329,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
         run_bytes = None if left_bytes is None else max(left_bytes, 0)
         if places and run_bytes != 0:
-            found = conn.execute(self.run_statement(), self.run_params(places)).all()
+            found = conn.execute(self.run_statement(ask.hold), self.run_params(places)).all()
             run = cut_runs(heads, found, run_bytes)
             ids += run
             if left_bytes is not None:
@@ -340,19 +353,20 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
             "updated_at": self.now(),
         }
 
-    def head_ids(self, limit: int) -> Select[Any]:
+    def head_ids(self, limit: int, hold: Hold = NO_HOLD) -> Select[Any]:
         """Ids of up to ``limit`` claimable heads of their key, unlocked, in no order."""
-        return self._due_heads(outbox.c.id).limit(limit)
+        return self._due_heads(outbox.c.id, hold=hold).limit(limit)
 
-    def backlog(self, limit: int, *, expired: bool = True) -> Select[Any]:
+    def backlog(self, limit: int, *, expired: bool = True, hold: Hold = NO_HOLD) -> Select[Any]:
         """How many unordered rows and heads of keys are claimable now, counting each no
         further than ``limit`` (bounded scans); unordered expired leases only when
         ``expired`` (the wake-up's looks for new rows leave them out: see
-        :meth:`unordered_ids`)."""
-        unordered = self.unordered_ids(limit, locked=False, expired=expired).subquery()
-        heads = self.head_ids(limit).subquery()
+        :meth:`unordered_ids`); what ``hold`` holds back is no work (a relay whose every
+        due row is paused rests instead of claiming nothing in a loop)."""
+        unordered = self.unordered_ids(limit, locked=False, expired=expired, hold=hold)
+        heads = self.head_ids(limit, hold).subquery()
         return select(
-            select(func.count()).select_from(unordered).scalar_subquery()
+            select(func.count()).select_from(unordered.subquery()).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()
         )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from relay.store import dialects
 from relay.store.dialects.keys import KeyStatements
 from relay.store.dialects.purge import SENT_PURGER, RetentionStatements
 from relay.store.engine import json_loads_many
+from relay.store.operations.actions import Actor, Changed
 from relay.store.operations.filters import EventFilter
 from relay.store.operations.readable import readable
 from relay.store.schema.tables import outbox
@@ -107,6 +108,13 @@ class OperationsStore(BaseStore):
         expired = int(row["expired_leases"] or 0)
         age_s = None if age is None else max(0.0, float(age))
         return StatusReport(counts, age_s, expired, stalled_keys=stalled)
+
+    def pause_gauges(self, limit: int) -> tuple[int, int, float]:
+        """Pauses in force, the pending rows they hold (up to ``limit``), the oldest's age
+        (``relay.store.operations.pausing.PauseStore.gauges``)."""
+        from relay.store.operations.pausing import PauseStore
+
+        return PauseStore(self.engine).gauges(limit)
 
     def retention_gauges(self) -> tuple[int, float | None]:
         """Rows past the retention the last purge run left, and seconds since the oldest sent
@@ -353,28 +361,6 @@ class OperationsStore(BaseStore):
         ``older_than_seconds`` ago, in one transaction; how many."""
         with self._tx() as conn:
             return self.dialect.purge_inbox(conn, float(older_than_seconds), batch_size)
-
-
-@dataclass(frozen=True, slots=True)
-class Actor:
-    """Who takes an operator's action, for the audit table."""
-
-    #: The name given at sign-in, or a script's ``X-Relay-Actor``.
-    name: str
-    #: ``operator`` (only operators act; kept for the record).
-    role: str
-    #: ``console`` or ``api``.
-    via: str
-
-
-@dataclass(frozen=True, slots=True)
-class Changed:
-    """What an operator's action selected and what it changed (0 on a dry run)."""
-
-    matched: int
-    changed: int
-    #: Of ``matched``: rows past their deadline (``expires_at``), counted by a retry.
-    expired: int = 0
 
 
 def _failed(f: EventFilter | Sequence[int] | None) -> EventFilter:
