@@ -171,3 +171,40 @@ def test_the_commands_pause_list_and_resume(pg_url: str) -> None:
     assert "was not paused" in relay_cli("resume", "--key", "k1").stdout
     status = json.loads(relay_cli("status", "--json").stdout)
     assert [p["kind"] for p in status["pauses"]] == ["database"]
+
+
+def test_a_held_claim_starts_past_the_held_rows_and_a_full_read_takes_what_fell_below(
+    engine: sa.Engine,
+) -> None:
+    """Under a pause, claims read the pending rows from the floor the claims before them
+    learned, not from the held rows at the start of the index (floors.py); a row that became
+    claimable below that floor since (a transaction that committed late) waits for the next
+    read from the start, FULL_SCAN_SECONDS at most, and is taken then."""
+    from relay.store.dispatch_path.floors import FULL_SCAN_SECONDS, SETTLE_SECONDS
+
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer at a time: no insert commits late beside another")
+    PauseStore(engine).pause("event_type", "held.t")
+    enqueue_many(engine, 40, "held.t")
+    store = DispatchStore(engine)
+    now = [1000.0]
+    store.levers.clock = lambda: now[0]
+    with engine.connect() as late:  # a producer's transaction, open across the claims
+        late.begin()
+        late_id = relay.enqueue(late, "other.t", {"n": 0})
+        first = enqueue_many(engine, 5, "other.t")
+        taken = store.claim("w", 100, lease_seconds=60)
+        assert [e.id for e in taken] == first  # read from the start: nothing held, nothing late
+        store.complete("w", sent=taken)
+        late.commit()
+    now[0] += SETTLE_SECONDS + 0.1
+    more = enqueue_many(engine, 3, "other.t")
+    taken = store.claim("w", 100, lease_seconds=60)
+    assert [e.id for e in taken] == more, "the floor starts past the late row (and the held)"
+    store.complete("w", sent=taken)
+    assert rows(engine, late_id)[late_id]["status"] == "pending"
+    now[0] += FULL_SCAN_SECONDS
+    taken = store.claim("w", 100, lease_seconds=60)
+    assert [e.id for e in taken] == [late_id], "the next read from the start takes it"
+    held = [r for r in rows(engine).values() if r["event_type"] == "held.t"]
+    assert {(r["status"], r["attempt"]) for r in held} == {("pending", 0)}

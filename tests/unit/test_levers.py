@@ -7,6 +7,7 @@ import pytest
 
 from relay.config.rate_limits import RateLimit, parse, refilled, rest_seconds, takeable
 from relay.exceptions import ConfigError
+from relay.store.dispatch_path.floors import FULL_SCAN_SECONDS, SETTLE_SECONDS, Floors
 from relay.store.dispatch_path.holds import NO_HOLD, Hold, Pauses, is_glob
 
 
@@ -94,3 +95,30 @@ def test_a_hold_adds_types_once() -> None:
 @pytest.mark.parametrize(("pattern", "glob"), [("a.b", False), ("a.*", True), ("a?", True)])
 def test_is_glob(pattern: str, glob: bool) -> None:
     assert is_glob(pattern) is glob
+
+
+def test_a_held_claim_reads_from_the_floor_a_settled_claim_learned() -> None:
+    """Floors: none without a hold; a claim's lesson (the lowest unordered id it took) is used
+    once SETTLE_SECONDS old; a claim that took nothing teaches one past the highest id; one
+    that took keyed rows only teaches nothing; every FULL_SCAN_SECONDS a read from the start."""
+    floors, hold = Floors(), Hold(types=("mail.*",))
+    asked: list[bool] = []
+
+    def top() -> int:
+        asked.append(True)
+        return 500
+
+    assert floors.floor(Hold(), 0.0) is None
+    floors.learned(Hold(), None, [(7, False)], top, 0.0)  # no hold: nothing kept
+    assert floors.floor(hold, 0.0) is None  # nothing learned yet: from the start
+    floors.learned(hold, None, [(40, False), (41, False), (3, True)], top, 0.0)
+    assert floors.floor(hold, SETTLE_SECONDS - 0.1) is None  # not settled: a late commit
+    assert floors.floor(hold, SETTLE_SECONDS) == 40
+    floors.learned(hold, 40, [(90, True)], top, SETTLE_SECONDS)  # keyed only: no lesson
+    floors.learned(hold, 40, [], top, SETTLE_SECONDS + 0.5)  # nothing: one past the top
+    assert asked == [True]
+    assert floors.floor(hold, 2 * SETTLE_SECONDS + 0.5) == 501
+    assert floors.floor(hold, FULL_SCAN_SECONDS) is None  # a read from the start is due
+    floors.learned(hold, None, [(12, False)], top, FULL_SCAN_SECONDS)
+    assert floors.floor(hold, FULL_SCAN_SECONDS + SETTLE_SECONDS) == 12
+    assert floors.floor(Hold(keys=("k",)), FULL_SCAN_SECONDS + SETTLE_SECONDS) is None

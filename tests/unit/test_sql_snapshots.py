@@ -67,6 +67,8 @@ NOT_STATEMENTS = {
     "holding",
     "none_of",
     "like_none",
+    "pending_lane",
+    "floor_params",
 }
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.
@@ -114,6 +116,8 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "new_expiry": 3600.0,
         # A pause of a type, of a pattern and of a key: the conditions a held claim adds.
         "hold": Hold(types=("audit.log", "mail.*"), keys=("order-9",)),
+        # A held claim reading its pending rows from the floor it learned.
+        "floored": True,
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")

@@ -65,6 +65,8 @@ _PLACE = (outbox.c.id, outbox.c.ordering_key, outbox.c.seq)
 MAX_BYTES = bindparam("max_bytes", type_=BigInteger)
 #: Whether the claim's first row counts whatever its size (so an oversized row is not stranded).
 FIRST_ANYWAY = bindparam("first_anyway", type_=Boolean)
+#: Where a held claim's lane of pending rows starts (``relay.store.dispatch_path.floors``).
+FLOOR = bindparam("floor", type_=BigInteger)
 
 
 class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, HeldRows):
@@ -189,6 +191,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         expired: bool = True,
         sized: bool = False,
         hold: Hold = NO_HOLD,
+        floored: bool = False,
     ) -> CompoundSelect[Any] | Select[Any]:
         """The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
         not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases, the
@@ -201,9 +204,10 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         ``expired`` (:class:`relay.store.dispatch_path.lease_sweep.LeaseSweep`): without, the
         pending lane alone.
         ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it;
-        rows ``hold`` holds back are skipped (:meth:`holding`)."""
+        rows ``hold`` holds back are skipped (:meth:`holding`); ``floored``, the pending lane
+        starts at the id bound as ``floor`` (:meth:`pending_lane`)."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
-            (self.pending_due(), (outbox.c.id,))
+            (self.pending_lane(floored), (outbox.c.id,))
         ]
         if expired:
             wanted.insert(0, (self.expired_unordered(), (outbox.c.locked_until, outbox.c.id)))
@@ -220,6 +224,17 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             return lanes[0]
         merged = union_all(*lanes)
         return merged.order_by(merged.selected_columns.id).limit(limit)
+
+    def pending_lane(self, floored: bool) -> ColumnElement[bool]:
+        """Due pending rows; ``floored``, only from the id bound as ``floor`` on: a held claim
+        then starts past the rows it holds back instead of stepping over them
+        (``relay.store.dispatch_path.floors``)."""
+        due = self.pending_due()
+        return and_(due, outbox.c.id >= FLOOR) if floored else due
+
+    def floor_params(self, floor: int | None) -> dict[str, Any]:
+        """The bind parameters of a statement built ``floored`` (none otherwise)."""
+        return {} if floor is None else {"floor": floor}
 
     def within_bytes(self, picked: CompoundSelect[Any] | Select[Any]) -> Select[Any]:
         """The ids of ``picked`` (``id``, ``size``) up to the byte bound, oldest first: a
@@ -357,13 +372,17 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """Ids of up to ``limit`` claimable heads of their key, unlocked, in no order."""
         return self._due_heads(outbox.c.id, hold=hold).limit(limit)
 
-    def backlog(self, limit: int, *, expired: bool = True, hold: Hold = NO_HOLD) -> Select[Any]:
+    def backlog(
+        self, limit: int, *, expired: bool = True, hold: Hold = NO_HOLD, floored: bool = False
+    ) -> Select[Any]:
         """How many unordered rows and heads of keys are claimable now, counting each no
         further than ``limit`` (bounded scans); unordered expired leases only when
         ``expired`` (the wake-up's looks for new rows leave them out: see
         :meth:`unordered_ids`); what ``hold`` holds back is no work (a relay whose every
         due row is paused rests instead of claiming nothing in a loop)."""
-        unordered = self.unordered_ids(limit, locked=False, expired=expired, hold=hold)
+        unordered = self.unordered_ids(
+            limit, locked=False, expired=expired, hold=hold, floored=floored
+        )
         heads = self.head_ids(limit, hold).subquery()
         return select(
             select(func.count()).select_from(unordered.subquery()).scalar_subquery()

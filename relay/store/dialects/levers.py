@@ -45,6 +45,11 @@ class LeverStatements:
         """``(kind, value)`` of every pause in force: what a relay holds back."""
         return select(pauses.c.kind, pauses.c.value)
 
+    def top_id(self) -> Select[Any]:
+        """The outbox's highest id (its primary key's last entry): no row a claim could take
+        lies above it yet (``relay.store.dispatch_path.floors``)."""
+        return select(func.max(outbox.c.id))
+
     def listed(self) -> Select[Any]:
         """Every pause, oldest first, with its age in seconds on the database's clock."""
         age = self.dialect.seconds_since(pauses.c.paused_at).label("age_seconds")

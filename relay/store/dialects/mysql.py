@@ -99,12 +99,13 @@ class MySQLDialect(Dialect):
 
     def claim_unordered(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
         picked: list[Row[Any]] = []
-        pending = self.pending_due()
+        pending = self.pending_lane(ask.floor is not None)
         lanes = (self.lease_expired(), pending) if ask.expired else (pending,)
         for due in lanes:
             if len(picked) < ask.limit:
                 pick = self.pick_statement(due, ask.limit - len(picked), ask.hold)
-                picked += conn.execute(pick).all()
+                params = self.floor_params(ask.floor) if due is pending else {}
+                picked += conn.execute(pick, params).all()
         if ask.max_bytes is not None:
             # The rows left out stay locked only until the claim commits.
             sizes = (row.size for row in picked)

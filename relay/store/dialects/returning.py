@@ -45,10 +45,13 @@ class ReturningDialect(Dialect):
         expired: bool = True,
         sized: bool = False,
         hold: Hold = NO_HOLD,
+        floored: bool = False,
     ) -> Update:
         """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
         the bound bytes: :meth:`within_bytes`), returning them."""
-        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized, hold=hold)
+        picked: Any = self.unordered_ids(
+            limit, expired=expired, sized=sized, hold=hold, floored=floored
+        )
         if sized:
             picked = self.within_bytes(picked)
         return (
@@ -76,8 +79,10 @@ class ReturningDialect(Dialect):
             expired=ask.expired,
             sized=ask.max_bytes is not None,
             hold=ask.hold,
+            floored=ask.floor is not None,
         )
-        return list(conn.execute(stmt, self.bound_params(ask.max_bytes, ask.first_anyway)).all())
+        params = self.bound_params(ask.max_bytes, ask.first_anyway) | self.floor_params(ask.floor)
+        return list(conn.execute(stmt, params).all())
 
     def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
         stmt = self.lease_statement(worker=ask.worker, lease_seconds=ask.lease_seconds)

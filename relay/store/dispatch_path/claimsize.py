@@ -19,7 +19,8 @@ class Ask:
     unordered expired leases among them only when ``expired``; with ``max_bytes`` no more than
     that many bytes of payload and headers, the first row whatever its size if
     ``first_anyway``; rows ``hold`` holds back (paused, or left to a rate limit's lane) are
-    left alone."""
+    left alone, and with a ``floor`` the pending unordered rows are read from that id on
+    (``relay.store.dispatch_path.floors``)."""
 
     worker: str
     limit: int
@@ -28,6 +29,7 @@ class Ask:
     max_bytes: int | None = None
     first_anyway: bool = True
     hold: Hold = NO_HOLD
+    floor: int | None = None
 
 
 def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> int:

@@ -31,6 +31,7 @@ from relay.config.rate_limits import RateLimit, refilled, rest_seconds, takeable
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.levers import LeverStatements
 from relay.store.dispatch_path.claimsize import Ask, text_bytes
+from relay.store.dispatch_path.floors import Floors
 from relay.store.dispatch_path.holds import Hold, Pauses
 
 #: While claims find rows of limited types only, the main claim (which reads past them) runs
@@ -60,6 +61,8 @@ class Levers:
         #: When the main claim last found nothing (None: it found rows), while limited lanes
         #: claimed: it is skipped for :data:`MAIN_RECHECK_SECONDS` after.
         self._main_empty_at: float | None = None
+        #: Where each held claim starts reading the pending rows, past what it holds back.
+        self.floors = Floors()
 
     def pauses(self, conn: Connection) -> Pauses:
         """The pauses in force, read again when the last read is a second old."""
@@ -79,6 +82,10 @@ class Levers:
         resting = [limit.pattern for limit in self.limits if self._resting.get(limit.name, 0) > now]
         return pauses.hold().also(resting)
 
+    def backlog_floor(self, hold: Hold) -> int | None:
+        """Where a look for work under ``hold`` starts, as the claims under it learned."""
+        return self.floors.floor(hold, self.clock())
+
     def claim(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
         """Lease up to ``ask.limit`` rows as the module says: nothing paused, limited types
         within their buckets."""
@@ -87,7 +94,7 @@ class Levers:
             return []
         held = pauses.hold()
         if not self.limits:
-            return self.dialect.claim(conn, replace(ask, hold=held))
+            return self._held_claim(conn, replace(ask, hold=held))
         # The limited lanes first, together at most half of the batch (a backlog of other types
         # cannot starve a limited one, nor a fast limit the others), then the main claim; the
         # whole batch while the main claim lately found nothing (it is skipped then, below).
@@ -116,7 +123,7 @@ class Levers:
         main = replace(ask, limit=ask.limit - len(rows), max_bytes=left_bytes, hold=unlimited)
         if rows:
             main = replace(main, first_anyway=False)
-        others = self.dialect.claim(conn, main)
+        others = self._held_claim(conn, main)
         self._main_empty_at = None if others else now
         return rows + others
 
@@ -128,12 +135,31 @@ class Levers:
             return []
         tokens = refilled(*bucket, limit)
         wanted = takeable(tokens, ask.limit)
-        rows = self.dialect.claim(conn, replace(ask, limit=wanted)) if wanted else []
+        rows = self._held_claim(conn, replace(ask, limit=wanted)) if wanted else []
         if rows:
             tokens -= len(rows)
             conn.execute(self.statements.pay(), {"b_name": limit.name, "b_tokens": tokens})
         rest = rest_seconds(tokens, limit) if len(rows) == wanted else 0.0
         self._resting[limit.name] = self.clock() + rest
+        return rows
+
+    def _held_claim(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
+        """The dialect's claim of ``ask``, its pending rows read from the floor its hold
+        learned (``relay.store.dispatch_path.floors``); a claim that holds nothing back reads
+        as it always did."""
+        if not ask.hold:
+            return self.dialect.claim(conn, ask)
+        now = self.clock()
+        floor = self.floors.floor(ask.hold, now)
+        rows = self.dialect.claim(conn, replace(ask, floor=floor))
+        if rows or ask.first_anyway or ask.max_bytes is None:
+            # (No row under a byte bound without first_anyway says nothing: all may be cut.)
+
+            def top() -> int | None:
+                return conn.execute(self.statements.top_id()).scalar()
+
+            taken = ((row.id, row.seq is not None) for row in rows)
+            self.floors.learned(ask.hold, floor, taken, top, now)
         return rows
 
     def _bucket(self, conn: Connection, limit: RateLimit) -> tuple[float, float] | None:

@@ -260,8 +260,11 @@ class DispatchStore(BaseStore):
             hold = self.levers.backlog_hold(conn)
             if hold is None:
                 return 0
-            stmt = self.dialect.backlog(limit, expired=expired, hold=hold)
-            return int(conn.execute(stmt).scalar() or 0)
+            floor = self.levers.backlog_floor(hold)
+            stmt = self.dialect.backlog(
+                limit, expired=expired, hold=hold, floored=floor is not None
+            )
+            return int(conn.execute(stmt, self.dialect.floor_params(floor)).scalar() or 0)
 
 
 def dispatch_engine_kwargs(settings: Settings) -> dict[str, Any]:

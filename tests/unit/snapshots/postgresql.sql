@@ -31,7 +31,7 @@ WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 
  LIMIT %(param_4)s::INTEGER) AS anon_3 UNION ALL SELECT anon_4.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_8)s::INTEGER) AS anon_4 ORDER BY id
  LIMIT %(param_9)s::INTEGER) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT o.id AS id
@@ -46,7 +46,7 @@ SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_4)s::INTEGER) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT o.id AS id
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
@@ -88,7 +88,7 @@ WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_4 ORDER BY id
  LIMIT %(param_9)s::INTEGER) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
@@ -99,7 +99,7 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
 
@@ -452,6 +452,10 @@ INSERT INTO outbox_progress (ordering_key, sent_seq) VALUES (%(key)s::VARCHAR, %
 -- take_lease: Lease purger ``b_name`` to ``b_holder`` for ``b_seconds`` if it is free, expired or
 UPDATE relay_purger SET holder=%(b_holder)s::VARCHAR, expires_at=(now() + %(b_seconds)s * interval '1 second') WHERE relay_purger.name = %(b_name)s::VARCHAR AND (relay_purger.holder IS NULL OR relay_purger.holder = %(b_holder)s::VARCHAR OR relay_purger.expires_at < now());
 
+-- top_id: The outbox's highest id (its primary key's last entry): no row a claim could take
+SELECT max(outbox.id) AS max_1
+FROM outbox;
+
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
@@ -460,7 +464,7 @@ WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %(param_9)s::INTEGER;
 
@@ -468,7 +472,7 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
