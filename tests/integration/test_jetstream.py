@@ -21,7 +21,7 @@ from relay.publishers import Publisher
 from relay.records import ClaimedEvent, PublishResult
 from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
-from tests.support.jetstream import Stream, jetstream, nats_url  # noqa: F401 (fixtures)
+from tests.support.jetstream import Stream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,7 +112,8 @@ def test_each_event_is_stored_once_under_its_event_id_even_when_published_again(
     assert rows[int(first.headers["outbox_id"])][0] == first.headers["Nats-Msg-Id"]
     assert json.loads(first.body) == {"n": int(first.headers["h"])}
     keyed = [int(m.headers["ordering_seq"]) for m in stored if "ordering_seq" in m.headers]
-    assert keyed == sorted(keyed) and len(keyed) == 50
+    assert keyed == sorted(keyed)
+    assert len(keyed) == 50
     window = jetstream.info().config.duplicate_window
     assert window >= timing.duplicate_window_needed(10, 0.2)
 
@@ -135,7 +136,8 @@ def test_a_message_over_max_payload_is_dead_lettered_alone(
     assert rows[small][1] == rows[other][1] == "sent"
     assert rows[after][1] != "failed"
     stored = {m.headers["outbox_id"] for m in jetstream.messages()}
-    assert str(big) not in stored and {str(small), str(other)} <= stored
+    assert str(big) not in stored
+    assert {str(small), str(other)} <= stored
 
 
 def test_an_unreachable_server_is_an_outage_that_spends_no_attempt(
@@ -165,5 +167,6 @@ def test_the_cli_refuses_an_unknown_events_scheme_naming_the_variable_and_scheme
         [RELAY_BIN, "dispatch", "--once"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2, done.stderr
-    assert "RELAY_EVENTS_URL" in done.stderr and "nats" in done.stderr, done.stderr
+    assert "RELAY_EVENTS_URL" in done.stderr, done.stderr
+    assert "nats" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr

@@ -1,4 +1,4 @@
-"""A JetStream stream of the test's own on the NATS server of :data:`services.NATS_URL`, and
+"""A JetStream stream of the test's own on the NATS server of ``services.NATS_URL``, and
 what the relay stored in it, read back with nats-py (a throwaway consumer, no broker double).
 
 Each test gets a unique stream name and subject prefix (its ``RELAY_EXCHANGE``), so tests never
@@ -8,14 +8,9 @@ see each other's messages; the stream is deleted at teardown, also when the test
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
+import contextlib
 from dataclasses import dataclass
 from typing import Any
-
-import pytest
-
-from tests.support import services
 
 
 @dataclass(frozen=True)
@@ -58,10 +53,8 @@ class Stream:
     def delete(self) -> None:
         import nats.js.errors
 
-        try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
             asyncio.run(_call(self.url, lambda js: js.delete_stream(self.name)))
-        except nats.js.errors.NotFoundError:
-            pass
 
 
 async def _call(url: str, do: Any) -> Any:
@@ -86,7 +79,11 @@ async def _read(url: str, name: str) -> list[Stored]:
             total = (await js.stream_info(name)).state.messages
         except nats.js.errors.NotFoundError:
             return []
-        sub = await js.pull_subscribe("", stream=name)
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        # Nothing acknowledged: no cap of unacknowledged messages stops the read.
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE)
+        sub = await js.pull_subscribe("", stream=name, config=config)
         out: list[Stored] = []
         while len(out) < total:
             try:
@@ -100,20 +97,3 @@ async def _read(url: str, name: str) -> list[Stored]:
         return out
     finally:
         await nc.close()
-
-
-@pytest.fixture
-def nats_url() -> str:
-    services.require("NATS", services.NATS_URL)
-    pytest.importorskip("nats", reason="nats-py is not installed (the [nats] extra)")
-    return services.NATS_URL
-
-
-@pytest.fixture
-def jetstream(nats_url: str) -> Iterator[Stream]:
-    """A stream name and subject prefix of this test's own; the stream deleted afterwards."""
-    tag = uuid.uuid4().hex[:10]
-    stream = Stream(nats_url, f"RELAYTEST_{tag}", f"relaytest{tag}")
-    yield stream
-    if services.reachable(nats_url):
-        stream.delete()

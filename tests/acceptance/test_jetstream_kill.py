@@ -1,0 +1,103 @@
+"""Exactly once into the stream (issue 50): relays SIGKILLed mid-batch publish their batches
+again after the lease, and JetStream drops every republish by its ``Nats-Msg-Id``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from relay.store.engine import create_engine
+from relay.store.schema.tables import outbox
+from tests.support.env import wait_until
+from tests.support.fleet import Fleet, SteadyProducer, drained, fleet_env, holders, report
+from tests.support.jetstream import Stream
+
+LEASE = 5
+KILLS = 4
+
+
+@pytest.fixture
+def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
+    engine = create_engine(pg_url)
+    yield engine
+    engine.dispose()
+
+
+def _event_ids(engine: sa.Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(outbox.c.event_id, outbox.c.status)))
+
+
+def _reclaimed(engine: sa.Engine) -> int:
+    """Rows claimed more than once: held by a killed relay, claimed again after its lease."""
+    with engine.connect() as conn:
+        query = sa.select(sa.func.count()).where(outbox.c.attempt > 1)
+        return int(conn.execute(query).scalar_one())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigkilled_relays_leave_each_event_exactly_once_in_the_stream(
+    pg_url: str, pg_engine: sa.Engine, jetstream: Stream, tmp_path: Path
+) -> None:
+    """Two `relay dispatch --loop`, 5,000 events written over 10 s, one relay SIGKILLed (the
+    one holding a batch, when one does) and replaced every 2 s, four times, lease 5 s: the
+    stream holds exactly 5,000 messages, one per row, each under its row's event id; every
+    row sent; no relay exits on its own."""
+    env = fleet_env(
+        pg_url,
+        jetstream.url,
+        jetstream.exchange,
+        events_url=jetstream.url,
+        nats_stream=jetstream.name,
+        lease_seconds=LEASE,
+    )
+    fleet = Fleet(env, tmp_path)
+    producer = SteadyProducer(pg_engine, total=5000, seconds=10.0)
+    killed: list[str] = []
+    caught_holding = 0
+    try:
+        fleet.start(2)
+        producer.start()
+        while len(killed) < KILLS:
+            time.sleep(1.5)  # pacing between faults, not synchronisation
+            fleet.assert_alive()
+            holding = []
+            look_until = time.monotonic() + 1.0
+            while not holding and time.monotonic() < look_until:
+                holding = [w for w in map(fleet.by_pid, holders(pg_engine)) if w is not None]
+            victim = holding[0] if holding else fleet.alive[0]
+            caught_holding += bool(holding)
+            fleet.kill(victim)
+            killed.append(victim.name)
+            fleet.start(1)
+        committed = producer.join()
+        wait_until(lambda: drained(pg_engine), 90, "the fleet to drain after the last kill")
+        fleet.assert_alive()
+        rows = _event_ids(pg_engine)
+        reclaimed = _reclaimed(pg_engine)
+        stored = jetstream.messages()
+        codes = fleet.stop()
+    finally:
+        fleet.stop()
+    assert len(committed) == 5000
+    assert reclaimed > 0, "no kill caught a batch in flight: nothing was published again"
+    assert set(rows.values()) == {"sent"}, "a row is not sent"
+    ids = [m.headers.get("Nats-Msg-Id") for m in stored]
+    assert len(stored) == 5000, f"{len(stored)} messages in the stream for 5,000 events"
+    assert set(ids) == set(rows), "the stream's message ids are not the rows' event ids"
+    survivors = {n: c for n, c in codes.items() if n not in killed}
+    assert all(c == 0 for c in survivors.values()), fleet.failures(survivors)
+    report(
+        "jetstream-sigkill",
+        events=len(committed),
+        kills=len(killed),
+        caught_holding=caught_holding,
+        reclaimed=reclaimed,
+        stored=len(stored),
+        duplicates_in_stream=len(stored) - len(set(ids)),
+    )
