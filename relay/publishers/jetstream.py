@@ -270,6 +270,28 @@ class JetStreamPublisher:
                 result.error = BrokerUnavailable(f"JetStream unavailable: {describe(failure)}")
 
 
+def stream_config(url: str, stream: str, *, timeout: float) -> Any:
+    """The ``StreamConfig`` of ``stream`` on ``url``'s server, None when there is no such
+    stream (``relay doctor``); BrokerUnavailable when the server or JetStream does not answer."""
+
+    async def read() -> Any:
+        servers, options = connect_options(url)
+        nc = await nats.connect(
+            servers, allow_reconnect=False, connect_timeout=max(1, round(timeout)), **options
+        )
+        try:
+            return (await nc.jetstream(timeout=timeout).stream_info(stream)).config
+        except nats.js.errors.NotFoundError:
+            return None
+        finally:
+            await _close(nc)
+
+    try:
+        return asyncio.run(asyncio.wait_for(read(), timeout * 2))
+    except (TimeoutError, nats.errors.Error, OSError) as exc:
+        raise BrokerUnavailable(f"NATS JetStream unreachable: {describe(exc)}") from exc
+
+
 def connect_options(url: str) -> tuple[list[str], dict[str, Any]]:
     """The servers of a NATS URL (``nats://a:4222,nats://b:4222``; ``tls://`` for TLS,
     verified by :mod:`relay.config.tls`) and nats-py's keywords for its options: ``creds=PATH``

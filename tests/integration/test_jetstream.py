@@ -170,3 +170,41 @@ def test_the_cli_refuses_an_unknown_events_scheme_naming_the_variable_and_scheme
     assert "RELAY_EVENTS_URL" in done.stderr, done.stderr
     assert "nats" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_doctor_refuses_a_stream_whose_window_is_too_short_and_says_what_to_set(
+    pg_url: str, jetstream: Stream
+) -> None:
+    """An existing stream keeping ids 5 s (lease 10 s): `relay doctor` fails the stream check
+    and names the window to set; the relay's own stream passes."""
+    import subprocess
+
+    from tests.support.env import relay_env
+    from tests.support.fleet import RELAY_BIN
+
+    jetstream.create(duplicate_window=5.0)
+    env = relay_env(
+        database_url=pg_url,
+        events_url=jetstream.url,
+        exchange=jetstream.exchange,
+        nats_stream=jetstream.name,
+        lease_seconds=10,
+        backoff_max_seconds=1,
+    )
+    doctor = [RELAY_BIN, "doctor", "--json"]
+    done = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=60)
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    assert done.returncode != 0, done.stdout
+    assert checks["stream"]["status"] == "fail", checks["stream"]
+    needed = timing.duplicate_window_needed(10, 1)
+    assert f"--dupe-window {timing.DUPLICATE_WINDOW_MARGIN * needed:g}s" in checks["stream"]["fix"]
+
+    jetstream.delete()
+    publisher = publishers.for_settings(
+        _settings(pg_url, jetstream, lease_seconds=10, backoff_max_seconds=1)
+    )
+    publisher.connect()  # type: ignore[attr-defined]  # creates the stream
+    publisher.close()
+    done = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=60)
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    assert checks["stream"]["status"] == "pass", checks["stream"]
