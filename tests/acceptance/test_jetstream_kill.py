@@ -3,6 +3,7 @@ again after the lease, and JetStream drops every republish by its ``Nats-Msg-Id`
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +13,17 @@ import sqlalchemy as sa
 
 from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
-from tests.support.env import wait_until
-from tests.support.fleet import Fleet, SteadyProducer, drained, fleet_env, holders, report
+from tests.support import celery_fleet
+from tests.support.env import relay_env, wait_until
+from tests.support.fleet import (
+    Fleet,
+    SteadyProducer,
+    drained,
+    enqueue_committed,
+    fleet_env,
+    holders,
+    report,
+)
 from tests.support.jetstream import Stream
 
 LEASE = 5
@@ -29,7 +39,7 @@ def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
 
 def _event_ids(engine: sa.Engine) -> dict[str, str]:
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(outbox.c.event_id, outbox.c.status)))
+        return dict(conn.execute(sa.select(outbox.c.event_id, outbox.c.status)).all())
 
 
 def _reclaimed(engine: sa.Engine) -> int:
@@ -101,3 +111,49 @@ def test_sigkilled_relays_leave_each_event_exactly_once_in_the_stream(
         stored=len(stored),
         duplicates_in_stream=len(stored) - len(set(ids)),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_celery_fleet_publishes_to_jetstream_exactly_once_through_a_sigkill(
+    pg_url: str, pg_engine: sa.Engine, amqp_url: str, jetstream: Stream, tmp_path: Path
+) -> None:
+    """Two `celery -A relay worker` (their own tasks on RabbitMQ, the events to JetStream), one
+    SIGKILLed while holding a batch: 2,000 events, exactly 2,000 messages in the stream, one
+    per row under its event id, every row sent."""
+    env = relay_env(
+        database_url=pg_url,
+        broker_url=amqp_url,
+        events_url=jetstream.url,
+        nats_stream=jetstream.name,
+        exchange=jetstream.exchange,
+        queue=celery_fleet.unique_queue(),
+        batch_size=100,
+        lease_seconds=3,
+        confirm_timeout_seconds=2,
+        tick_seconds=0.5,
+        max_fanout=2,
+    )
+    with celery_fleet.fleet(env, tmp_path) as fleet:
+        workers = [fleet.worker(f"n{i}") for i in range(2)]
+        fleet.beat()
+        committed = enqueue_committed(pg_engine, 2000, per_tx=200)
+        victim = None
+        deadline = time.monotonic() + 60
+        while victim is None and time.monotonic() < deadline:
+            held = holders(pg_engine)
+            victim = next((w for w in workers if w.popen.pid in held), None)
+            if victim is None:
+                time.sleep(0.01)  # polling for a worker caught holding a batch, bounded above
+        assert victim is not None, "no worker was caught holding a batch"
+        victim.signal(signal.SIGKILL)
+        victim.popen.wait(10)
+        wait_until(lambda: drained(pg_engine), 120, "the fleet to drain the killed worker's rows")
+        rows = _event_ids(pg_engine)
+        reclaimed = _reclaimed(pg_engine)
+        stored = jetstream.messages()
+    assert len(committed) == 2000
+    assert set(rows.values()) == {"sent"}, "a row is not sent"
+    assert len(stored) == 2000, f"{len(stored)} messages in the stream for 2,000 events"
+    assert {m.headers.get("Nats-Msg-Id") for m in stored} == set(rows)
+    report("jetstream-celery-sigkill", events=2000, reclaimed=reclaimed, stored=len(stored))
