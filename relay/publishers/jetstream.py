@@ -15,10 +15,11 @@ daemon thread of its own, and each call hands it a coroutine and waits with a de
 batch goes out as one burst of publishes with their acknowledgements in flight together,
 awaited together, within ``confirm_timeout``.
 
-Faults (DESIGN.md §3.1): no responders (no stream, JetStream down), a 503, a connection lost
-or a deadline passed are the broker's: what is not acknowledged is handed back unpublished
-(no attempt spent; the breaker counts it) and the connection is dropped. A message over the
-server's ``max_payload``, or one the stream refuses with another error, is the row's.
+Faults, by whose they are (docs/guarantees.md): no responders (no stream, JetStream down), a
+503, a connection lost or a deadline passed are the broker's: what is not acknowledged is
+handed back unpublished (no attempt spent; the breaker counts it) and the connection is
+dropped. A message over the server's ``max_payload`` (dead-lettered at once), or one the
+stream refuses with another error (an attempt), is the row's.
 """
 
 from __future__ import annotations
