@@ -237,11 +237,16 @@ class JetStreamPublisher:
         js, lost = self._js, self._lost
         assert js is not None
         assert lost is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.confirm_timeout
         sent: list[tuple[ClaimedEvent, asyncio.Future[Any]]] = []
         try:
             for event, msg in ready:
                 future = await js.publish_async(
-                    msg.subject, msg.body, headers=msg.headers, wait_stall=self.confirm_timeout
+                    msg.subject,
+                    msg.body,
+                    headers=msg.headers,
+                    wait_stall=max(0.001, deadline - loop.time()),
                 )
                 sent.append((event, future))
         except (nats.errors.Error, OSError) as exc:
@@ -250,11 +255,18 @@ class JetStreamPublisher:
             futures = [f for _, f in sent]
             acks: asyncio.Future[Any] = asyncio.gather(*futures, return_exceptions=True)
             gone: asyncio.Future[Any] = asyncio.ensure_future(lost.wait())
-            await asyncio.wait(
-                [acks, gone],
-                timeout=self.confirm_timeout - _SLACK_SECONDS,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            left = max(0.0, deadline - loop.time())
+            await asyncio.wait([acks, gone], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not acks.done() and result.error is None:
+                outstanding = sum(not f.done() for f in futures)
+                why = (
+                    "connection lost"
+                    if gone.done()
+                    else f"no ack within {self.confirm_timeout:g} s"
+                )
+                result.error = BrokerUnavailable(
+                    f"JetStream unavailable: {why}, {outstanding} acknowledgements outstanding"
+                )
             gone.cancel()
         for event, future in sent:
             if not future.done():

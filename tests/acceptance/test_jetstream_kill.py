@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -25,6 +26,7 @@ from tests.support.fleet import (
     report,
 )
 from tests.support.jetstream import Stream
+from tests.support.proxy import running_proxy
 
 LEASE = 5
 KILLS = 4
@@ -157,3 +159,45 @@ def test_the_celery_fleet_publishes_to_jetstream_exactly_once_through_a_sigkill(
     assert len(stored) == 2000, f"{len(stored)} messages in the stream for 2,000 events"
     assert {m.headers.get("Nats-Msg-Id") for m in stored} == set(rows)
     report("jetstream-celery-sigkill", events=2000, reclaimed=reclaimed, stored=len(stored))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_connection_cuts_and_stalls_leave_each_event_exactly_once_in_the_stream(
+    pg_url: str, pg_engine: sa.Engine, jetstream: Stream, tmp_path: Path
+) -> None:
+    """One `relay dispatch --loop` reaching NATS through a proxy that resets its connection
+    (acks lost mid-batch) and black-holes it (acks past the deadline), three times each, while
+    3,000 events arrive: the unacknowledged batches are published again on a new connection,
+    and the stream still holds each event once; the relay never exits."""
+    with running_proxy("127.0.0.1", urlsplit(jetstream.url).port or 4222) as proxy:
+        env = fleet_env(
+            pg_url,
+            proxy.url_for(jetstream.url),
+            jetstream.exchange,
+            events_url=proxy.url_for(jetstream.url),
+            nats_stream=jetstream.name,
+        )
+        fleet = Fleet(env, tmp_path)
+        producer = SteadyProducer(pg_engine, total=3000, seconds=8.0)
+        try:
+            fleet.start(1)
+            producer.start()
+            for fault in (proxy.cut, proxy.stall) * 3:
+                time.sleep(1.0)  # pacing between faults, not synchronisation
+                fault()
+                time.sleep(0.5 if fault == proxy.cut else 2.5)  # a stall past the ack deadline
+                proxy.restore()
+            committed = producer.join()
+            wait_until(lambda: drained(pg_engine), 90, "the relay to drain after the faults")
+            fleet.assert_alive()
+            rows = _event_ids(pg_engine)
+            stored = jetstream.messages()
+            codes = fleet.stop()
+        finally:
+            fleet.stop()
+    assert set(rows.values()) == {"sent"}, "a row is not sent"
+    assert len(stored) == len(committed), f"{len(stored)} messages for {len(committed)} events"
+    assert {m.headers.get("Nats-Msg-Id") for m in stored} == set(rows)
+    assert all(c == 0 for c in codes.values()), fleet.failures(codes)
+    report("jetstream-cuts", events=len(committed), stored=len(stored))
