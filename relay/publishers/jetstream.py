@@ -40,7 +40,7 @@ from nats.js import JetStreamContext
 
 from relay.config import tls
 from relay.config.urls import redact
-from relay.exceptions import BrokerUnavailable, EventUnsendable
+from relay.exceptions import BrokerUnavailable, ConfigError, EventUnsendable
 from relay.ordering import RunGuard
 from relay.publishers import message, nats_message
 from relay.publishers.kombu_connection import describe, publishable
@@ -293,8 +293,12 @@ def stream_config(url: str, stream: str, *, timeout: float) -> Any:
     """The ``StreamConfig`` of ``stream`` on ``url``'s server, None when there is no such
     stream (``relay doctor``); BrokerUnavailable when the server or JetStream does not answer."""
 
-    async def read() -> Any:
+    try:
         servers, options = connect_options(url)
+    except ValueError as exc:  # an unknown option, an unreadable TLS one
+        raise ConfigError(f"RELAY_EVENTS_URL: {exc}") from exc
+
+    async def read() -> Any:
         nc = await nats.connect(
             servers, allow_reconnect=False, connect_timeout=max(1, round(timeout)), **options
         )

@@ -208,3 +208,21 @@ def test_the_doctor_refuses_a_stream_whose_window_is_too_short_and_says_what_to_
     done = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=60)
     checks = {c["name"]: c for c in json.loads(done.stdout)}
     assert checks["stream"]["status"] == "pass", checks["stream"]
+
+
+def test_the_readiness_probe_asks_jetstream_on_a_nats_url(pg_url: str, jetstream: Stream) -> None:
+    """`relay probe ready` with a NATS events URL: ready while JetStream answers (stream or
+    not), not ready when the server is down; never Kombu's unknown-transport error."""
+    import subprocess
+
+    from tests.support.env import relay_env
+    from tests.support.fleet import RELAY_BIN
+
+    probe = [RELAY_BIN, "probe", "ready"]
+    up = relay_env(database_url=pg_url, events_url=jetstream.url, nats_stream=jetstream.name)
+    done = subprocess.run(probe, env=up, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    down = {**up, "RELAY_EVENTS_URL": "nats://127.0.0.1:1"}
+    done = subprocess.run(probe, env=down, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "NATS" in done.stdout + done.stderr

@@ -27,7 +27,7 @@ def checks(settings: Settings) -> Iterator[Check]:
             settings.nats_stream,
             timeout=settings.confirm_timeout_seconds,
         )
-    except (BrokerUnavailable, ConfigError, ValueError) as exc:
+    except (BrokerUnavailable, ConfigError) as exc:
         yield Check("broker", FAIL, str(exc), "check RELAY_EVENTS_URL and the NATS server (-js)")
         return
     yield Check("broker", PASS, "reachable (NATS JetStream)")
