@@ -77,6 +77,8 @@ class JetStreamPublisher:
         self.confirm_timeout = confirm_timeout
         #: The server's ``max_payload`` of the current connection (0: not connected).
         self.max_payload = 0
+        #: The stream's ``max_msg_size`` (0: no limit of its own).
+        self.stream_max_msg_size = 0
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._lost: asyncio.Event | None = None
@@ -148,11 +150,19 @@ class JetStreamPublisher:
         try:
             info = await js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
-            await js.add_stream(
-                name=self.stream,
-                subjects=[f"{self.exchange}.>"],
-                duplicate_window=self.duplicate_window,
-            )
+            try:
+                await js.add_stream(
+                    name=self.stream,
+                    subjects=[f"{self.exchange}.>"],
+                    duplicate_window=self.duplicate_window,
+                )
+            except (nats.errors.Error, TimeoutError) as exc:
+                # Refused (subjects another stream captures, no JetStream account): nothing
+                # can be published until an operator acts; an outage meanwhile, with the why.
+                raise BrokerUnavailable(
+                    f"cannot create JetStream stream {self.stream}: {describe(exc)}"
+                ) from exc
+            self.stream_max_msg_size = 0
             log.info(
                 "created JetStream stream %s on %s.> (duplicate window %g s)",
                 self.stream,
@@ -162,6 +172,7 @@ class JetStreamPublisher:
             return
         except (nats.errors.Error, TimeoutError) as exc:
             raise BrokerUnavailable(f"JetStream unavailable: {describe(exc)}") from exc
+        self.stream_max_msg_size = max(0, info.config.max_msg_size or 0)
         window = info.config.duplicate_window or 0.0
         if window < self.duplicate_window / 2:
             log.warning(
@@ -224,13 +235,18 @@ class JetStreamPublisher:
             return result
 
     def _checked(self, event: ClaimedEvent) -> nats_message.NatsMessage:
-        """``event``'s NATS message; one over the server's ``max_payload`` is the row's fault."""
+        """``event``'s NATS message; one over the server's ``max_payload`` or the stream's
+        ``max_msg_size`` is the row's fault, found before sending: a refusal after sending
+        would come back once the rows of its key behind it were stored."""
         msg = nats_message.from_message(message.prepare(event, self.keyring), self.exchange)
-        if self.max_payload and msg.size > self.max_payload:
-            raise EventUnsendable(
-                f"message of {msg.size} bytes is over the NATS server's max_payload of "
-                f"{self.max_payload} bytes"
-            )
+        for limit, what in (
+            (self.max_payload, "the NATS server's max_payload"),
+            (self.stream_max_msg_size, f"stream {self.stream}'s max_msg_size"),
+        ):
+            if limit and msg.size > limit:
+                raise EventUnsendable(
+                    f"message of {msg.size} bytes is over {what} of {limit} bytes"
+                )
         return msg
 
     async def _send(

@@ -226,3 +226,24 @@ def test_the_readiness_probe_asks_jetstream_on_a_nats_url(pg_url: str, jetstream
     done = subprocess.run(probe, env=down, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0, done.stdout + done.stderr
     assert "NATS" in done.stdout + done.stderr
+
+
+def test_a_message_over_the_streams_own_limit_is_dead_lettered_before_it_is_sent(
+    pg_url: str, pg_engine: sa.Engine, jetstream: Stream
+) -> None:
+    """An existing stream with max_msg_size 4,000: a 6 kB event fails at once naming the
+    limit, found before sending (nothing of it reaches the stream), the rest goes on."""
+    jetstream.create(duplicate_window=600.0, max_msg_size=4000)
+    with Session(pg_engine) as session, session.begin():
+        big = relay.enqueue(session, "t.big", {"x": "a" * 6000}, ordering_key="k")
+        after = relay.enqueue(session, "t.small", {"n": 1}, ordering_key="k")
+        other = relay.enqueue(session, "t.small", {"n": 2})
+    _drain(_settings(pg_url, jetstream))
+    rows = _rows(pg_engine)
+    assert rows[big][1] == "failed"
+    assert "max_msg_size of 4000" in (rows[big][2] or ""), rows[big]
+    assert rows[other][1] == "sent"
+    assert rows[after][1] != "failed"
+    stored = {m.headers["outbox_id"] for m in jetstream.messages()}
+    assert str(other) in stored
+    assert str(big) not in stored
