@@ -24,6 +24,7 @@ from bench import (
     console,
     costs,
     fairness,
+    jetstream,
     latency,
     migrations,
     ordering,
@@ -286,6 +287,8 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "metrics_cost": lambda p: costs.metrics(
         p.metrics_rows, p.metrics_reps, p.metrics_hook_batches, p.metrics_history
     ),
+    # Issue 50: the relay's JetStream publisher against raw nats-py, in one run.
+    "jetstream": lambda p: jetstream.run(1000 if p.name == "quick" else 20_000, p.reps),
     "console": lambda p: console.run(p.console_rows, p.console_reps, p.console_far_page),
     "consumer": lambda p: application.consumer(p.consumer_events, p.reps),
     "tasks": lambda p: application.tasks(p.tasks),

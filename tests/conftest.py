@@ -14,6 +14,7 @@ from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
 from relay.store.operations.store import OperationsStore
 from tests.support import databases, guard, services
+from tests.support import jetstream as jetstream_support
 from tests.support.broker import Collector, remove
 
 #: The shared server's start time when the run began (None: not reachable, nothing to guard).
@@ -105,6 +106,23 @@ def redis_url() -> str:
 
 #: Queues tests name after their exchange (the collector's, consumers' and their dead letters).
 EXCHANGE_QUEUES = (".q", ".consumer", ".consumer.dead", ".traced", ".traced.dead")
+
+
+@pytest.fixture
+def nats_url() -> str:
+    services.require("NATS", services.NATS_URL)
+    pytest.importorskip("nats", reason="nats-py is not installed (the [nats] extra)")
+    return services.NATS_URL
+
+
+@pytest.fixture
+def jetstream(nats_url: str) -> Iterator[jetstream_support.Stream]:
+    """A stream name and subject prefix of this test's own; the stream deleted afterwards."""
+    tag = uuid.uuid4().hex[:10]
+    stream = jetstream_support.Stream(nats_url, f"RELAYTEST_{tag}", f"relaytest{tag}")
+    yield stream
+    if services.reachable(nats_url):
+        stream.delete()
 
 
 @pytest.fixture

@@ -81,6 +81,12 @@ def validate(self: Any) -> None:
         f"must differ from RELAY_EXCHANGE={self.exchange!r} (Celery declares a direct "
         "exchange named after its queue)",
     )
+    check(
+        bool(self.nats_stream) and not set(self.nats_stream) & set(" .*>/\\\t"),
+        "RELAY_NATS_STREAM",
+        self.nats_stream,
+        "must be a JetStream stream name (no spaces, '.', '*', '>', '/' or '\\')",
+    )
     check(1 <= self.max_fanout <= 1000, "RELAY_MAX_FANOUT", self.max_fanout, "must be 1..1000")
     retention_rules.validate(
         self.retention_seconds,

@@ -55,6 +55,10 @@ class Settings:
     #: None means "same as broker_url".
     events_url: str | None = None
     exchange: str = "outbox"
+    #: NATS JetStream (``RELAY_EVENTS_URL=nats://...``): the stream the events go to, on
+    #: subjects ``<RELAY_EXCHANGE>.<event_type>``; created if missing, with a duplicate window
+    #: that covers a republish (docs/brokers.md).
+    nats_stream: str = "OUTBOX"
     batch_size: int = 100
     #: A drain's claims double from ``batch_size`` up to this while they come back full (a
     #: backlog), and start again from ``batch_size`` after a short one. Unless set: 1000 at the
@@ -285,6 +289,7 @@ REPLAY_ONLY = DATABASE_ONLY | {
     "broker_url",
     "events_url",
     "exchange",
+    "nats_stream",
     "source",
     "signing_keys",
     "delete_on_send",

@@ -115,3 +115,15 @@ HEARTBEAT_REST_SECONDS = 1.0
 #: (one drain: half a lease of claims, the last batch's confirms, half a lease recording it;
 #: and a lease of slack for database calls running to their deadlines).
 LIVENESS_LEASES = 2.0
+
+#: NATS JetStream: the duplicate window the relay gives a stream it creates, in needed windows
+#: (:func:`duplicate_window_needed`): room for a slow recording or a lease renewed late.
+DUPLICATE_WINDOW_MARGIN = 2.0
+
+
+def duplicate_window_needed(lease_seconds: float, backoff_max_seconds: float) -> float:
+    """The shortest JetStream duplicate window that still drops every republish of a message
+    the relay published: a row whose relay died after the publish is claimed again once its
+    lease ran out, and a row given back (an outage, a key held behind a refused row) is
+    claimed again after the breaker's or the retry's wait, at most the longer cap of the two."""
+    return lease_seconds + max(backoff_max_seconds, BREAKER_MAX_SECONDS)

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 #: TLS schemes and the client library their options are shaped for.
-SCHEMES = {"amqps": "amqp", "rediss": "redis"}
+SCHEMES = {"amqps": "amqp", "rediss": "redis", "tls": "nats"}
 #: The query options this module reads (and removes before the URL reaches Kombu).
 OPTIONS = frozenset(
     {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_cert_reqs"}
@@ -42,7 +42,7 @@ class TlsOptionError(ValueError):
 class BrokerTls:
     """What one broker URL (one node) asks of TLS."""
 
-    #: "amqp" or "redis" for a TLS URL; None when the connection is not encrypted.
+    #: "amqp", "redis" or "nats" for a TLS URL; None when the connection is not encrypted.
     kind: str | None
     host: str | None
     ca_certs: str | None = None
@@ -83,6 +83,18 @@ class BrokerTls:
         if self.kind == "redis":
             return self._redis()
         return False
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """An SSL context for a client that takes one (nats-py, ``tls://``); None unencrypted."""
+        if not self.encrypted:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_certs)
+        if self.certfile:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        context.check_hostname = self.verify_chain and self.verify_name
+        if not self.verify_chain:
+            context.verify_mode = ssl.CERT_NONE
+        return context
 
     def _amqp(self) -> dict[str, Any]:
         opts: dict[str, Any] = {
@@ -137,7 +149,7 @@ def parse(url: str) -> tuple[str, BrokerTls]:
         if found:
             raise TlsOptionError(
                 f"TLS options ({', '.join(sorted(found))}) on a {scheme}:// URL, which is not "
-                "encrypted: use amqps:// or rediss://"
+                "encrypted: use amqps://, rediss:// or tls://"
             )
         return url, BrokerTls(None, host)
     verify_chain = _read(found, "ssl_cert_reqs", _CERT_REQS, "required or none")

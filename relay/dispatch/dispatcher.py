@@ -77,12 +77,8 @@ class Dispatcher:
             store = DispatchStore.from_settings(s, **(engine_options or {}))
         if publisher is None:
             observer = kwargs.get("observer")
-            publisher = publishers.for_url(
-                s.events_connection_url,
-                s.exchange,
-                confirm_timeout=s.confirm_timeout_seconds,
-                on_blocked=None if observer is None else observer.broker_blocked,
-                signing_keys=s.signing_keys,
+            publisher = publishers.for_settings(
+                s, None if observer is None else observer.broker_blocked
             )
         return cls(store, publisher, s, **kwargs)
 

@@ -98,13 +98,7 @@ def observer(settings: Settings) -> Observer:
 def publisher(settings: Settings, observer: Observer | None = None) -> Publisher:
     """The events publisher ``settings`` describe (``RELAY_EVENTS_URL``), telling ``observer``
     when the broker blocks the connection."""
-    return publishers.for_url(
-        settings.events_connection_url,
-        settings.exchange,
-        confirm_timeout=settings.confirm_timeout_seconds,
-        on_blocked=None if observer is None else observer.broker_blocked,
-        signing_keys=settings.signing_keys,
-    )
+    return publishers.for_settings(settings, None if observer is None else observer.broker_blocked)
 
 
 def for_fleet(fleet: Fleet, *, one_connection: bool) -> dict[str, Runtime]:

@@ -82,12 +82,14 @@ def capture(headers: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def messaging_system(url: str) -> str:
-    """``messaging.system`` of an events URL: rabbitmq, redis, or kombu for the rest."""
+    """``messaging.system`` of an events URL: rabbitmq, redis, nats, or kombu for the rest."""
     scheme = urlsplit(url).scheme.split("+")[0]
     if scheme in ("amqp", "amqps", "pyamqp"):
         return "rabbitmq"
     if scheme in ("redis", "rediss"):
         return "redis"
+    if scheme in ("nats", "tls"):
+        return "nats"
     return "kombu"
 
 

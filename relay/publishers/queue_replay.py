@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.exceptions import ReplayRefused
-from relay.publishers import AMQP_TRANSPORTS, Publisher, message
+from relay.publishers import AMQP_TRANSPORTS, NATS_SCHEMES, Publisher, message
 from relay.publishers.amqp import AmqpPublisher
 from relay.publishers.kombu_connection import connection, translated
 from relay.publishers.signatures import Keyring
@@ -85,6 +85,11 @@ def check_queue(url: str, exchange: str, queue: str, *, timeout: float = 10.0) -
     broker at ``url``; :class:`~relay.exceptions.BrokerUnavailable` if it cannot be asked."""
     if not queue.strip():
         raise ReplayRefused("--to-queue: a replay needs the name of an existing queue")
+    if url.partition("://")[0].lower() in NATS_SCHEMES:
+        raise ReplayRefused(
+            "--to-queue: a replay to NATS JetStream is not supported yet (docs/brokers.md); "
+            "nothing was sent"
+        )
     if len(queue.encode()) > 255:
         raise ReplayRefused(f"--to-queue: {queue[:40]!r}… is over the 255 bytes of a queue name")
     with (

@@ -19,6 +19,8 @@ PG_ADMIN_URL = os.environ.get(
 MYSQL_ADMIN_URL = os.environ.get("RELAY_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 AMQP_URL = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS_URL = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: NATS with JetStream (``nats-server -js``).
+NATS_URL = os.environ.get("RELAY_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
 
 def _connect(url: str) -> None:

@@ -76,7 +76,7 @@ def test_plain_urls_are_not_encrypted() -> None:
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
-        ("amqp://h//?ssl_ca_certs=/ca.pem", "use amqps:// or rediss://"),
+        ("amqp://h//?ssl_ca_certs=/ca.pem", "use amqps://, rediss:// or tls://"),
         ("amqps://h//?ssl_ciphers=ALL", "unknown TLS option 'ssl_ciphers'"),
         ("amqps://h//?ssl_cert_reqs=maybe", "is not required or none"),
         ("amqps://h//?ssl_check_hostname=perhaps", "is not true or false"),

@@ -205,6 +205,13 @@ def _unroutable(store: HealthStore) -> Check:
 
 
 def _broker(settings: Settings) -> Iterator[Check]:
+    from relay.publishers import NATS_SCHEMES
+
+    if settings.events_connection_url.partition("://")[0].lower() in NATS_SCHEMES:
+        from relay.commands.doctor import stream
+
+        yield from stream.checks(settings)
+        return
     try:
         with reach.broker(settings) as conn:
             yield Check("broker", PASS, f"reachable ({conn.transport_cls})")

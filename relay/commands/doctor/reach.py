@@ -27,7 +27,17 @@ def database(store: HealthStore) -> None:
 @contextlib.contextmanager
 def broker(settings: Settings) -> Iterator[Any]:
     """A Kombu connection to the events broker, connected (publishing nothing, declaring
-    nothing); BrokerUnavailable when it refuses."""
+    nothing); BrokerUnavailable when it refuses. On NATS (no Kombu connection: None), the
+    server's JetStream answered a question about the stream."""
+    from relay.publishers import NATS_SCHEMES
+
+    if settings.events_connection_url.partition("://")[0].lower() in NATS_SCHEMES:
+        from relay.publishers import jetstream
+
+        url, stream = settings.events_connection_url, settings.nats_stream
+        jetstream.stream_config(url, stream, timeout=BROKER_TIMEOUT_SECONDS)
+        yield None
+        return
     from relay.publishers.kombu_connection import connection
 
     with connection(settings.events_connection_url, timeout=BROKER_TIMEOUT_SECONDS) as conn:
