@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from relay.publishers.transports import transport_options
     from relay.replays.replayer import ReplayReport, replay
     from relay.store.engine import create_engine
+    from relay.store.operations.pausing import Pause, pause, paused, resume
     from relay.store.schema.upgrade import upgrade as migrate
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "ConfigError",
     "DatabaseUnavailable",
     "EventError",
+    "Pause",
     "Producer",
     "PublishError",
     "RelayError",
@@ -82,7 +84,10 @@ __all__ = [
     "enqueue",
     "lock_keys",
     "migrate",
+    "pause",
+    "paused",
     "replay",
+    "resume",
     "transport_options",
 ]
 __version__ = "1.1.0"
@@ -98,6 +103,10 @@ _LAZY = {
     "transport_options": ("relay.publishers.transports", "transport_options"),
     "replay": ("relay.replays.replayer", "replay"),
     "ReplayReport": ("relay.replays.replayer", "ReplayReport"),
+    "Pause": ("relay.store.operations.pausing", "Pause"),
+    "pause": ("relay.store.operations.pausing", "pause"),
+    "paused": ("relay.store.operations.pausing", "paused"),
+    "resume": ("relay.store.operations.pausing", "resume"),
 }
 
 

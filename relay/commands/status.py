@@ -1,6 +1,6 @@
-"""``relay status``: rows per status, the oldest pending age, expired leases and stalled ordering
-keys, once (a table or ``--json``) or as a live view refreshed every second (``--watch``, extra
-``[watch]``)."""
+"""``relay status``: rows per status, the oldest pending age, expired leases, stalled ordering
+keys and the pauses in force (``relay pause``), once (a table or ``--json``) or as a live view
+refreshed every second (``--watch``, extra ``[watch]``)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.watch:
         return watch(command.store(settings), count=args.count)
     report = command.store(settings).status().as_dict()
+    report["pauses"] = _pauses(settings)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -44,7 +45,18 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     print(f"{'stalled keys':<12} {report['stalled_keys']:>12}")
     for key in report["stalled_sample"]:
         print(f"  {key['key']}: {key['why']}\n    fix: {key['fix']}")
+    print(f"{'pauses':<12} {len(report['pauses']):>12}")
+    for p in report["pauses"]:
+        why = f" ({p['reason']})" if p["reason"] else ""
+        print(f"  {p['kind']} {p['value']!r} for {p['age_seconds']:.0f}s{why}")
     return 0
+
+
+def _pauses(settings: Settings) -> list[dict[str, Any]]:
+    """The pauses in force (``relay paused``), for the report."""
+    from relay.store.operations.pausing import PauseStore
+
+    return [p.as_dict() for p in PauseStore.from_url(settings.database_url).paused()]
 
 
 def watch(store: OperationsStore, *, interval: float = 1.0, count: int | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.config import database_list, expiry, retention_rules, signing, tls
+from relay.config import database_list, expiry, rate_limits, retention_rules, signing, tls
 from relay.config.env import check
 from relay.config.urls import redact
 
@@ -69,6 +69,7 @@ def validate(self: Any) -> None:
     )
     if self.expire_after is not None:
         expiry.ExpireAfter.parse(self.expire_after)
+    rate_limits.parse(self.rate_limits)  # refuses a bad item, naming it
     for var, name in (("RELAY_EXCHANGE", self.exchange), ("RELAY_QUEUE", self.queue)):
         check(bool(name.strip()), var, name, "must not be empty")
         # An AMQP shortstr: a longer name would fail every publish, looking like an outage.

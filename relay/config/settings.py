@@ -9,6 +9,8 @@ from typing import Any
 
 from relay.config import checks, retention_rules, timing
 from relay.config.env import DEFAULT_MAX_PAYLOAD_BYTES, PARSERS, parse
+from relay.config.rate_limits import RateLimit
+from relay.config.rate_limits import parse as parse_rate_limits
 from relay.config.urls import redact
 
 #: The embedded default, for trying the relay on one host: a SQLite file in the working
@@ -125,6 +127,12 @@ class Settings:
     max_connections: int = 20
     #: Several databases: most of those to one server (host:port); None: ``max_connections``.
     max_server_connections: int | None = None
+    #: Fleet-wide caps per event type, ``TYPE_PATTERN=N/s,...`` (``orders.*=50/s``, the glob of
+    #: ``relay failed list --event-type``): every relay of a database shares one token bucket
+    #: per limit (a row of ``relay_rate_buckets`` refilled by the database clock, holding at
+    #: most one second's worth); rows beyond the rate wait ``pending``, in order, spending no
+    #: attempt. None: no limit.
+    rate_limits: str | None = None
     #: The fields the user set, so a value equal to its default still counts as a choice.
     explicit: frozenset[str] = field(
         default=frozenset(), repr=False, compare=False, metadata={"env": False}
@@ -214,6 +222,11 @@ class Settings:
         if not self.console_redact:
             return frozenset()
         return frozenset(n.strip().lower() for n in self.console_redact.split(","))
+
+    @property
+    def rate_limit_rules(self) -> tuple[RateLimit, ...]:
+        """``RELAY_RATE_LIMITS`` parsed (checked when the settings were built)."""
+        return parse_rate_limits(self.rate_limits)
 
     @property
     def events_connection_url(self) -> str:

@@ -2,7 +2,9 @@
 
 ``GET /api/status`` (= ``relay status --json``), ``GET /api/events`` (a keyset page),
 ``GET /api/events/{id}``, ``GET /api/audit``, ``POST /api/events/retry|purge``, ``POST
-/api/events/replay`` (the sent events a filter selects, to the body's ``to_queue``). A missing or
+/api/events/replay`` (the sent events a filter selects, to the body's ``to_queue``), ``GET
+/api/pauses`` and ``POST /api/pauses`` (``{"action": "pause"|"resume", "kind", "value",
+"reason"}``, audited). A missing or
 wrong credential gets 401 and no data; a view-only one that acts gets 403. A browser session
 may call the API too, with its CSRF token in ``X-CSRF-Token`` for a POST.
 """
@@ -25,6 +27,7 @@ from relay.console.views import (
     bounded_id,
     failure_status,
     jsonable,
+    pause_action,
     read_filter,
     read_page,
     replay,
@@ -80,8 +83,9 @@ def routes(c: Console) -> list[Route]:
         return endpoint
 
     async def status(request: Request, cred: Credential) -> Response:
-        report = await run_in_threadpool(c.store.status)
-        return JSONResponse(report.as_dict())
+        report = (await run_in_threadpool(c.store.status)).as_dict()
+        report["pauses"] = [p.as_dict() for p in await run_in_threadpool(c.pauses.paused)]
+        return JSONResponse(report)
 
     async def events(request: Request, cred: Credential) -> Response:
         f = read_filter(request.query_params)
@@ -115,6 +119,18 @@ def routes(c: Console) -> list[Route]:
 
         return run
 
+    async def pauses(request: Request, cred: Credential) -> Response:
+        listed = await run_in_threadpool(c.pauses.paused)
+        return JSONResponse({"pauses": [p.as_dict() for p in listed]})
+
+    async def pause_or_resume(request: Request, cred: Credential) -> Response:
+        body = await _body(request)
+        actor = Actor(cred.name, cred.role, cred.via)
+        verb, kind, value, changed = await run_in_threadpool(
+            lambda: pause_action(c.pauses, body, actor)
+        )
+        return JSONResponse({"action": verb, "kind": kind, "value": value, "changed": changed})
+
     async def replay_events(request: Request, cred: Credential) -> Response:
         body = await _body(request)
         dry_run, f, actor = _selection(body, cred)
@@ -131,6 +147,8 @@ def routes(c: Console) -> list[Route]:
         Route("/api/events/retry", guarded(action("retry"), acting=True), methods=["POST"]),
         Route("/api/events/purge", guarded(action("purge"), acting=True), methods=["POST"]),
         Route("/api/events/replay", guarded(replay_events, acting=True), methods=["POST"]),
+        Route("/api/pauses", guarded(pauses), name="api_pauses"),
+        Route("/api/pauses", guarded(pause_or_resume, acting=True), methods=["POST"]),
     ]
 
 

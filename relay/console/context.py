@@ -12,6 +12,7 @@ from starlette.templating import Jinja2Templates
 
 from relay.config import Settings
 from relay.console.auth import COOKIE, Credential, Guard
+from relay.store.operations.pausing import PauseStore
 from relay.store.operations.store import OperationsStore
 
 HERE = Path(__file__).parent
@@ -31,6 +32,8 @@ class Console:
         settings: Settings | None = None,
     ) -> None:
         self.store = store
+        #: The pauses of the same database (``relay pause``), on the store's engine.
+        self.pauses = PauseStore(store.engine)
         #: What a replay publishes with (the events broker, the exchange, the source).
         self.settings = settings or Settings(database_url=str(store.engine.url))
         self.guard = guard

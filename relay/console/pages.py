@@ -1,7 +1,7 @@
-"""The console's pages for people: sign-in, overview, events, one event, leases, audit, and the
-actions (each shown as its dry run first, then confirmed). Every page needs a credential;
-without one the browser is sent to the sign-in page. Every form that acts carries the
-session's CSRF token."""
+"""The console's pages for people: sign-in, overview, events, one event, leases, audit, pauses
+(with pause and resume, audited), and the actions (each shown as its dry run first, then
+confirmed). Every page needs a credential; without one the browser is sent to the sign-in
+page. Every form that acts carries the session's CSRF token."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ from relay.console.views import (
     bounded_id,
     failure_status,
     jsonable,
+    pause_action,
     read_filter,
     read_page,
     replay,
 )
 from relay.records import Status
 from relay.store.operations.filters import EventFilter
+from relay.store.operations.pausing import HELD_COUNTED_UP_TO
 from relay.store.operations.store import Actor
 
 if TYPE_CHECKING:
@@ -210,6 +212,18 @@ def routes(c: Console) -> list[Route]:
         nxt = rows[-1]["id"] if len(rows) == limit else None
         return render(request, "audit.html", cred, rows=rows, next_after=nxt, limit=limit)
 
+    async def pauses(request: Request, cred: Credential) -> Response:
+        listed = await run_in_threadpool(c.pauses.paused)
+        held = await run_in_threadpool(c.pauses.held_rows)
+        cap = HELD_COUNTED_UP_TO
+        return render(request, "pauses.html", cred, pauses=listed, held=held, cap=cap)
+
+    async def pauses_act(request: Request, cred: Credential) -> Response:
+        form = await request.form()
+        actor = Actor(cred.name, cred.role, "console")
+        await run_in_threadpool(lambda: pause_action(c.pauses, form, actor))
+        return RedirectResponse(str(request.url_for("pauses").path), status_code=303)
+
     async def preview(request: Request, cred: Credential) -> Response:
         form = await request.form()
         verb, f = _action(form)
@@ -274,6 +288,8 @@ def routes(c: Console) -> list[Route]:
         Route("/events/{row_id:int}", page(event), name="event"),
         Route("/leases", page(leases), name="leases"),
         Route("/audit", page(audit), name="audit"),
+        Route("/pauses", page(pauses), name="pauses"),
+        Route("/pauses/act", page(pauses_act, acting=True), methods=["POST"], name="pauses_act"),
         Route("/actions/preview", page(preview, acting=True), methods=["POST"], name="preview"),
         Route("/actions/run", page(run, acting=True), methods=["POST"], name="run"),
     ]

@@ -19,6 +19,7 @@ from relay.exceptions import (
 )
 from relay.records import Status
 from relay.store.operations.filters import EventFilter, parse_duration, parse_when
+from relay.store.operations.pausing import KINDS, PauseStore
 from relay.store.operations.store import Actor, Changed, OperationsStore
 
 if TYPE_CHECKING:
@@ -287,6 +288,25 @@ __all__ = [
     "failure_status",
     "jsonable",
     "masked",
+    "pause_action",
     "read_filter",
     "read_page",
 ]
+
+
+def pause_action(
+    pauses: PauseStore, values: Mapping[str, Any], actor: Actor
+) -> tuple[str, str, str, bool]:
+    """Pause or resume from a form or a JSON body (``action``, ``kind``, ``value``,
+    ``reason``), audited as ``actor``: the verb, kind, value, and whether it changed anything."""
+    verb, kind, value = (str(values.get(k) or "") for k in ("action", "kind", "value"))
+    reason = str(values.get("reason") or "") or None
+    if verb not in ("pause", "resume"):
+        raise BadRequest(f"unknown action {verb!r} (pause or resume)")
+    if kind not in KINDS:
+        raise BadRequest(f"kind must be one of {', '.join(KINDS)}")
+    if not value or len(value) > 255:
+        raise BadRequest("value must be 1-255 characters")
+    if verb == "pause":
+        return verb, kind, value, pauses.pause(kind, value, reason=reason, by=actor)
+    return verb, kind, value, pauses.resume(kind, value, by=actor)

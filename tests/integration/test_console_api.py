@@ -425,3 +425,35 @@ def test_retrying_expired_events_needs_a_new_deadline_or_none(engine: sa.Engine)
     found = rows.rows(engine, *late)
     assert {r["status"] for r in found.values()} == {"pending"}
     assert all(r["expires_at"] > datetime.now(UTC) for r in found.values())
+
+
+def test_an_operator_pauses_and_resumes_with_an_audit_row(engine: sa.Engine) -> None:
+    """POST /api/pauses pauses and resumes (a viewer may only list), each action audited;
+    /api/status shows the pause in force, and the Pauses page lists it."""
+    with web.client(engine) as c:
+        body = {"action": "pause", "kind": "event_type", "value": "mail.*", "reason": "smtp"}
+        assert c.post("/api/pauses", json=body, headers=bearer(VIEWER_TOKEN)).status_code == 403
+        r = c.post("/api/pauses", json=body, headers=bearer(OPERATOR_TOKEN))
+        assert r.status_code == 200
+        assert r.json()["changed"] is True
+        listed = c.get("/api/pauses", headers=bearer(VIEWER_TOKEN)).json()["pauses"]
+        assert [(p["kind"], p["value"], p["reason"]) for p in listed] == [
+            ("event_type", "mail.*", "smtp")
+        ]
+        status = c.get("/api/status", headers=bearer(VIEWER_TOKEN)).json()
+        assert [p["value"] for p in status["pauses"]] == ["mail.*"]
+        page = c.get("/pauses", headers=bearer(VIEWER_TOKEN))
+        assert page.status_code == 200
+        assert "mail.*" in page.text
+        bad = {"action": "pause", "kind": "table", "value": "x"}
+        assert c.post("/api/pauses", json=bad, headers=bearer(OPERATOR_TOKEN)).status_code == 400
+        resume = {"action": "resume", "kind": "event_type", "value": "mail.*"}
+        r = c.post("/api/pauses", json=resume, headers=bearer(OPERATOR_TOKEN))
+        assert r.json()["changed"] is True
+        assert c.get("/api/pauses", headers=bearer(VIEWER_TOKEN)).json()["pauses"] == []
+    with engine.connect() as conn:
+        actions = conn.execute(sa.select(audit.c.action, audit.c.selector)).all()
+    assert [(a, s) for a, s in actions] == [
+        ("pause", {"event_type": "mail.*", "reason": "smtp"}),
+        ("resume", {"event_type": "mail.*"}),
+    ]

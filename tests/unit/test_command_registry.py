@@ -25,7 +25,7 @@ def test_every_declared_command_is_registered_once() -> None:
         declared += [single] if isinstance(single, Command) else []
         declared += list(getattr(module, "COMMANDS", ()))
     assert sorted(c.name for c in declared) == sorted(c.name for c in COMMANDS)
-    assert len({c.name for c in COMMANDS}) == len(COMMANDS) == 12
+    assert len({c.name for c in COMMANDS}) == len(COMMANDS) == 15
 
 
 def test_the_parser_offers_every_registered_command() -> None:

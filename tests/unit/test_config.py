@@ -63,6 +63,9 @@ BAD_VALUES = [
     ("RELAY_DATABASES", "orders", "not a name=URL pair"),
     ("RELAY_EXPIRE_AFTER", "orders.reminder=1x,*=7d", "'orders.reminder=1x'"),
     ("RELAY_EXPIRE_AFTER", "orders.reminder", "is not PATTERN=DURATION"),
+    ("RELAY_RATE_LIMITS", "orders.*=50/s,mail=fast", "'mail=fast' is not TYPE_PATTERN=N/s"),
+    ("RELAY_RATE_LIMITS", "orders.*=0/s", "must be > 0"),
+    ("RELAY_RATE_LIMITS", "a=1/s,a=2/s", "'a' is limited twice"),
 ]
 
 
@@ -147,6 +150,8 @@ EDGE_VALUES = [
     ("RELAY_EXPIRE_AFTER", "orders.*=36500d,orders.audit=never"),
     # One database only: with several, the row commands refuse to guess (test_cli_edges).
     ("RELAY_DATABASES", "x" * 40 + "=sqlite:///x.db"),
+    ("RELAY_RATE_LIMITS", "*=0.001/s"),
+    ("RELAY_RATE_LIMITS", "orders.?=1000000/s"),
 ]
 
 

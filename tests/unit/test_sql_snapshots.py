@@ -23,7 +23,9 @@ from sqlalchemy.sql import ClauseElement
 from relay.records import Status
 from relay.store.dialects import Dialect, for_name, operations_for
 from relay.store.dialects.keys import KeyStatements
+from relay.store.dialects.levers import LeverStatements
 from relay.store.dialects.purge import RetentionStatements
+from relay.store.dispatch_path.holds import Hold
 from relay.store.operations.filters import EventFilter
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -62,6 +64,9 @@ NOT_STATEMENTS = {
     "within_bytes",
     "bound_params",
     "past_deadline",
+    "holding",
+    "none_of",
+    "like_none",
 }
 
 #: Modules outside ``relay.store.dialects`` that may still hold SQL of their own, and why.
@@ -107,6 +112,8 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "expiry": "in",
         "clear_expiry": False,
         "new_expiry": 3600.0,
+        # A pause of a type, of a pattern and of a key: the conditions a held claim adds.
+        "hold": Hold(types=("audit.log", "mail.*"), keys=("order-9",)),
     }
     if name not in values:
         pytest.fail(f"add a canned value for builder parameter {name!r} to this test")
@@ -116,7 +123,13 @@ def _canned(dialect: Dialect, name: str) -> Any:
 def _builders(name: str) -> list[Any]:
     """The objects whose methods build this database's statements."""
     dialect = for_name(name)
-    return [dialect, operations_for(dialect), RetentionStatements(dialect), KeyStatements(dialect)]
+    return [
+        dialect,
+        operations_for(dialect),
+        RetentionStatements(dialect),
+        KeyStatements(dialect),
+        LeverStatements(dialect),
+    ]
 
 
 def _statements(builders: Any) -> dict[str, tuple[ClauseElement, str]]:

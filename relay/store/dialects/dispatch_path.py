@@ -1,11 +1,9 @@
 """The dispatch path's statements (claim, outcomes, leases, per-key progress); each dialect
 supplies its clock, locking and upserts.
 
-They sit on top of the application's (``relay.store.dialects.caller_transaction``) and the outcomes'
-(``relay.store.dialects.fenced_updates``); the operator's queries are in
-``relay.store.dialects.operations``. The builders return SQLAlchemy Core
-statements and never execute them (except ``claim``, which runs several statements in the
-transaction it is given). A snapshot test compiles each one per dialect.
+Beside the application's (``relay.store.dialects.caller_transaction``), the outcomes'
+(``relay.store.dialects.fenced_updates``) and the operator's (``relay.store.dialects.operations``);
+builders return Core statements, never run them (but ``claim``), snapshot-tested per dialect.
 
 A claim has two lanes. Unordered rows (``seq`` NULL) come from the oldest claimable ones. Ordered
 rows come per key: its head is the row numbered ``outbox_progress.sent_seq + 1``; a claim locks
@@ -36,6 +34,7 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    not_,
     null,
     or_,
     select,
@@ -51,6 +50,8 @@ from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.dialects.keys import KeyHeads
 from relay.store.dispatch_path.claimsize import Ask, fit_bytes, text_bytes
+from relay.store.dispatch_path.holds import NO_HOLD, Hold, is_glob
+from relay.store.operations.filters import like_pattern
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
 
@@ -140,12 +141,36 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         """A locked head or run row as a claim reads it: its place and its size in bytes."""
         return (*_PLACE, self.row_bytes().label("size"))
 
-    def due(self) -> ColumnElement[bool]:
-        """Unfinished rows a worker may take now: due pending rows and expired leases."""
+    def due(self, hold: Hold = NO_HOLD) -> ColumnElement[bool]:
+        """Rows a worker may take now (due pending rows, expired leases), none ``hold`` holds."""
         return and_(
             outbox.c.status.in_([PENDING, PROCESSING]),
             or_(self.pending_due(), self.lease_expired()),
+            *self.holding(hold),
         )
+
+    def holding(self, hold: Hold) -> tuple[ColumnElement[bool], ...]:
+        """The conditions leaving out what ``hold`` holds (none without pauses: the usual SQL):
+        names one ``NOT IN``, globs a ``NOT LIKE`` each (as ``relay failed list --event-type``
+        reads them); rows without a key are never held by a key."""
+        held: list[ColumnElement[bool]] = []
+        names = [t for t in hold.types if not is_glob(t)]
+        if names:
+            held.append(self.none_of(outbox.c.event_type, names))
+        globs = [like_pattern(t) for t in hold.types if is_glob(t)]
+        if globs:
+            held.append(self.like_none(outbox.c.event_type, globs))
+        if hold.keys:
+            key = outbox.c.ordering_key
+            held.append(or_(key.is_(None), self.none_of(key, list(hold.keys))))
+        if hold.only is not None:
+            only = hold.only
+            held.append(
+                outbox.c.event_type.like(like_pattern(only), escape="\\")
+                if is_glob(only)
+                else outbox.c.event_type == only
+            )
+        return tuple(held)
 
     def pending_due(self) -> ColumnElement[bool]:
         """Pending rows whose ``next_retry_at`` has passed (or was never set)."""
@@ -177,20 +202,32 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
             outbox.c.locked_until < self.now(),
         )
 
+    def none_of(self, column: ColumnElement[Any], values: list[str]) -> ColumnElement[bool]:
+        """``column NOT IN (values)``."""
+        return column.not_in(values)
+
+    def like_none(self, column: ColumnElement[Any], patterns: list[str]) -> ColumnElement[bool]:
+        """``column`` matches none of the LIKE ``patterns`` (escaped with a backslash)."""
+        return and_(*(not_(column.like(p, escape="\\")) for p in patterns))
+
     def unordered_ids(
-        self, limit: int, *, locked: bool = True, expired: bool = True, sized: bool = False
+        self,
+        limit: int,
+        *,
+        locked: bool = True,
+        expired: bool = True,
+        sized: bool = False,
+        hold: Hold = NO_HOLD,
     ) -> CompoundSelect[Any] | Select[Any]:
         """The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-        not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases, the
-        earliest expired first, and due pending rows, oldest first. Each reads an index over its
-        own status in that index's order (``ix_outbox_leases``, ``ix_outbox_pending``), so the
-        claim never walks past the leases still running nor sorts more than it takes. Rows a
-        lane locked but the merge left out stay locked only until the claim commits; the lane
-        of expired leases is empty in normal operation, but on PostgreSQL its index range is
-        not (an entry per row claimed since the last vacuum), so a claim reads it only when
-        ``expired`` (:class:`relay.store.dispatch_path.lease_sweep.LeaseSweep`): without, the
-        pending lane alone.
-        ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it."""
+        not), oldest first. Two lanes of up to ``limit`` each, merged by id: expired leases
+        (earliest first) and due pending rows (oldest first), each reading its own index in
+        order (``ix_outbox_leases``, ``ix_outbox_pending``): no walk past running leases, no
+        sort of more than it takes. Rows locked but merged out stay locked until the commit.
+        The expired lane is empty normally, but on PostgreSQL its index range is not (an entry
+        per row claimed since the last vacuum): read only when ``expired``
+        (:class:`relay.store.dispatch_path.lease_sweep.LeaseSweep`). ``sized`` adds each
+        row's size (:meth:`row_bytes`); rows ``hold`` holds are skipped (:meth:`holding`)."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_due(), (outbox.c.id,))
         ]
@@ -201,7 +238,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
             columns += (self.row_bytes().label("size"),)
         lanes = []
         for due, order in wanted:
-            lane = select(*columns).where(outbox.c.seq.is_(None), due)
+            lane = select(*columns).where(outbox.c.seq.is_(None), due, *self.holding(hold))
             lane = lane.order_by(*order).limit(limit)
             rows = (self.lock(lane) if locked else lane).subquery()
             lanes.append(select(*rows.c))
@@ -213,11 +250,9 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
     def within_bytes(self, picked: CompoundSelect[Any] | Select[Any]) -> Select[Any]:
         """The ids of ``picked`` (``id``, ``size``) up to the byte bound, oldest first: a
         running total in id order, kept while it stays within ``max_bytes``; the first row
-        whatever its size when ``first_anyway`` is bound true.
-
-        The window runs a level above the lanes' locking reads (no window function may share
-        a level with FOR UPDATE), over the at most ``limit`` rows they locked; the rows it
-        leaves out stay locked only until the claim commits."""
+        whatever its size when ``first_anyway`` is bound true. The window runs a level above
+        the lanes' locking reads (no window function may share a level with FOR UPDATE), over
+        the at most ``limit`` rows they locked; rows left out stay locked until the commit."""
         rows = picked.subquery()
         total = func.sum(rows.c.size).over(order_by=rows.c.id)
         sized = select(rows.c.id, rows.c.size, total.label("upto")).subquery()
@@ -225,27 +260,29 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         return select(sized.c.id).where(or_(sized.c.upto <= MAX_BYTES, first))
 
     @cached
-    def heads_statement(self, limit: int) -> Select[Any]:
+    def heads_statement(self, limit: int, hold: Hold = NO_HOLD) -> Select[Any]:
         """Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked."""
-        return self.lock(self._due_heads(*self.place()).order_by(outbox.c.id).limit(limit))
+        heads = self._due_heads(*self.place(), hold=hold)
+        return self.lock(heads.order_by(outbox.c.id).limit(limit))
 
-    def _due_heads(self, *columns: ColumnElement[Any]) -> Select[Any]:
+    def _due_heads(self, *columns: ColumnElement[Any], hold: Hold = NO_HOLD) -> Select[Any]:
         """``columns`` of each key's head (number ``sent_seq + 1``) that is claimable now."""
         head = and_(
             outbox.c.ordering_key == outbox_progress.c.ordering_key,
             outbox.c.seq == outbox_progress.c.sent_seq + 1,
         )
-        return select(*columns).select_from(outbox_progress.join(outbox, head)).where(self.due())
+        joined = outbox_progress.join(outbox, head)
+        return select(*columns).select_from(joined).where(self.due(hold))
 
     @cached
-    def run_statement(self) -> Select[Any]:
+    def run_statement(self, hold: Hold = NO_HOLD) -> Select[Any]:
         """The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked."""
         return self.lock(
             select(*self.place()).where(
                 tuple_(outbox.c.ordering_key, outbox.c.seq).in_(
                     bindparam("places", expanding=True)
                 ),
-                self.due(),
+                self.due(hold),
             )
         )
 
@@ -292,7 +329,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         up to half of the bytes, the unordered rows what the heads left, the runs behind the
         heads what is left then."""
         limit, max_bytes = ask.limit, ask.max_bytes
-        heads = conn.execute(self.heads_statement(limit)).all()
+        heads = conn.execute(self.heads_statement(limit, ask.hold)).all()
         # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
         # the next claim, this worker's pipelined one or another worker's: a backlog over a few
         # keys then moves through several workers at once instead of one.
@@ -316,7 +353,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
         places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
         run_bytes = None if left_bytes is None else max(left_bytes, 0)
         if places and run_bytes != 0:
-            found = conn.execute(self.run_statement(), self.run_params(places)).all()
+            found = conn.execute(self.run_statement(ask.hold), self.run_params(places)).all()
             run = cut_runs(heads, found, run_bytes)
             ids += run
             if left_bytes is not None:
@@ -340,19 +377,18 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads):
             "updated_at": self.now(),
         }
 
-    def head_ids(self, limit: int) -> Select[Any]:
+    def head_ids(self, limit: int, hold: Hold = NO_HOLD) -> Select[Any]:
         """Ids of up to ``limit`` claimable heads of their key, unlocked, in no order."""
-        return self._due_heads(outbox.c.id).limit(limit)
+        return self._due_heads(outbox.c.id, hold=hold).limit(limit)
 
-    def backlog(self, limit: int, *, expired: bool = True) -> Select[Any]:
-        """How many unordered rows and heads of keys are claimable now, counting each no
-        further than ``limit`` (bounded scans); unordered expired leases only when
-        ``expired`` (the wake-up's looks for new rows leave them out: see
-        :meth:`unordered_ids`)."""
-        unordered = self.unordered_ids(limit, locked=False, expired=expired).subquery()
-        heads = self.head_ids(limit).subquery()
+    def backlog(self, limit: int, *, expired: bool = True, hold: Hold = NO_HOLD) -> Select[Any]:
+        """How many unordered rows and heads of keys are claimable now, each counted to
+        ``limit``; expired leases only when ``expired`` (the wake-up leaves them out:
+        :meth:`unordered_ids`); held rows are no work (a fully paused relay rests)."""
+        unordered = self.unordered_ids(limit, locked=False, expired=expired, hold=hold)
+        heads = self.head_ids(limit, hold).subquery()
         return select(
-            select(func.count()).select_from(unordered).scalar_subquery()
+            select(func.count()).select_from(unordered.subquery()).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()
         )
 

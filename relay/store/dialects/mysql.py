@@ -43,6 +43,7 @@ from relay.store.dialects.clock import cached
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.operations import Operations
 from relay.store.dispatch_path.claimsize import Ask, fit_bytes
+from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import inbox, outbox, outbox_progress, outbox_sequence, sent_counts
 from relay.store.timestamps import UtcDateTime, utc_now
 
@@ -76,12 +77,15 @@ class MySQLDialect(Dialect):
         """``FOR UPDATE SKIP LOCKED`` (MariaDB has no ``OF``: joined rows are locked too)."""
         return stmt.with_for_update(skip_locked=True)
 
-    def pick_statement(self, due: ColumnElement[bool], limit: int) -> Select[Any]:
+    def pick_statement(
+        self, due: ColumnElement[bool], limit: int, hold: Hold = NO_HOLD
+    ) -> Select[Any]:
         """``SELECT id, <bytes> … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED``
-        over one status: the ids and their rows' sizes (:meth:`row_bytes`)."""
+        over one status: the ids and their rows' sizes (:meth:`row_bytes`), none that
+        ``hold`` holds back."""
         return (
             select(outbox.c.id, self.row_bytes().label("size"))
-            .where(due, outbox.c.seq.is_(None))
+            .where(due, outbox.c.seq.is_(None), *self.holding(hold))
             .order_by(outbox.c.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -99,7 +103,8 @@ class MySQLDialect(Dialect):
         lanes = (self.lease_expired(), pending) if ask.expired else (pending,)
         for due in lanes:
             if len(picked) < ask.limit:
-                picked += conn.execute(self.pick_statement(due, ask.limit - len(picked))).all()
+                pick = self.pick_statement(due, ask.limit - len(picked), ask.hold)
+                picked += conn.execute(pick).all()
         if ask.max_bytes is not None:
             # The rows left out stay locked only until the claim commits.
             sizes = (row.size for row in picked)

@@ -28,6 +28,7 @@ from sqlalchemy.sql.dml import ReturningInsert
 from relay.store.dialects.clock import cached
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dispatch_path.claimsize import Ask
+from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import inbox, outbox, outbox_progress, sent_counts
 
 
@@ -43,10 +44,11 @@ class ReturningDialect(Dialect):
         lease_seconds: float,
         expired: bool = True,
         sized: bool = False,
+        hold: Hold = NO_HOLD,
     ) -> Update:
         """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
         the bound bytes: :meth:`within_bytes`), returning them."""
-        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized)
+        picked: Any = self.unordered_ids(limit, expired=expired, sized=sized, hold=hold)
         if sized:
             picked = self.within_bytes(picked)
         return (
@@ -73,6 +75,7 @@ class ReturningDialect(Dialect):
             lease_seconds=ask.lease_seconds,
             expired=ask.expired,
             sized=ask.max_bytes is not None,
+            hold=ask.hold,
         )
         return list(conn.execute(stmt, self.bound_params(ask.max_bytes, ask.first_anyway)).all())
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from relay.store.dispatch_path.holds import NO_HOLD, Hold
+
 
 @dataclass(frozen=True, slots=True)
 class Ask:
     """What a claim asks for: up to ``limit`` rows leased to ``worker`` for ``lease_seconds``,
     unordered expired leases among them only when ``expired``; with ``max_bytes`` no more than
     that many bytes of payload and headers, the first row whatever its size if
-    ``first_anyway``."""
+    ``first_anyway``; rows ``hold`` holds back (paused, or left to a rate limit's lane) are
+    left alone."""
 
     worker: str
     limit: int
@@ -24,6 +27,7 @@ class Ask:
     expired: bool = True
     max_bytes: int | None = None
     first_anyway: bool = True
+    hold: Hold = NO_HOLD
 
 
 def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> int:

@@ -15,9 +15,11 @@ from sqlalchemy import Connection, Engine
 
 from relay import ordering
 from relay.config import Settings, timing
+from relay.config.rate_limits import RateLimit
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.dialects.purge import RetentionStatements
 from relay.store.dispatch_path.claimsize import Ask, ClaimFit, text_bytes
+from relay.store.dispatch_path.levers import Levers
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.schema.eventids import default_source
 from relay.store.transactions import BaseStore, executemany
@@ -39,6 +41,7 @@ class DispatchStore(BaseStore):
         source: str | None = None,
         delete_on_send: bool = False,
         batch_max_bytes: int | None = None,
+        rate_limits: tuple[RateLimit, ...] = (),
     ) -> None:
         super().__init__(engine)
         #: ``RELAY_BATCH_MAX_BYTES``: most bytes of payload and headers one claim leases
@@ -51,6 +54,8 @@ class DispatchStore(BaseStore):
         #: it, and counts it per minute in ``outbox_sent_counts`` in the same transaction.
         self.delete_on_send = delete_on_send
         self.retention = RetentionStatements(self.dialect)
+        #: The pauses in force and ``RELAY_RATE_LIMITS``: what every claim and backlog holds back.
+        self.levers = Levers(self.dialect, rate_limits)
 
     @classmethod
     def from_settings(cls, settings: Settings, **engine_kwargs: Any) -> Self:
@@ -64,6 +69,7 @@ class DispatchStore(BaseStore):
             source=settings.source,
             delete_on_send=settings.delete_on_send,
             batch_max_bytes=settings.batch_max_bytes,
+            rate_limits=settings.rate_limit_rules,
         )
 
     # -- the dispatch cycle ----------------------------------------------------------------
@@ -114,7 +120,7 @@ class DispatchStore(BaseStore):
         max_bytes = self.batch_max_bytes
         asked = limit if max_bytes is None else self._fit.ask(limit)
         ask = Ask(worker, asked, lease_seconds, expired=expired, max_bytes=max_bytes)
-        rows = self.dialect.claim(conn, ask)
+        rows = self.levers.claim(conn, ask)
         if max_bytes is not None:
             got_bytes = sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)
             self._fit.claimed(asked, len(rows), got_bytes, max_bytes)
@@ -247,9 +253,15 @@ class DispatchStore(BaseStore):
     def backlog(self, limit: int, *, expired: bool = True) -> int:
         """Claimable rows right now, counted up to ``limit``: cost bounded whatever the history.
         Without ``expired``, unordered expired leases are left out: a look for new rows, whose
-        cost does not grow with the rows relayed since the table's last vacuum."""
+        cost does not grow with the rows relayed since the table's last vacuum. Rows held back
+        by a pause (or by a rate limit this relay found spent) are no work: a relay whose every
+        due row is paused rests instead of claiming nothing in a loop."""
         with self._tx() as conn:
-            return int(conn.execute(self.dialect.backlog(limit, expired=expired)).scalar() or 0)
+            hold = self.levers.backlog_hold(conn)
+            if hold is None:
+                return 0
+            stmt = self.dialect.backlog(limit, expired=expired, hold=hold)
+            return int(conn.execute(stmt).scalar() or 0)
 
 
 def dispatch_engine_kwargs(settings: Settings) -> dict[str, Any]:

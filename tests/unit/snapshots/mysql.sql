@@ -13,33 +13,33 @@ FROM relay_audit
 WHERE relay_audit.id < %s ORDER BY relay_audit.id DESC
  LIMIT %s;
 
--- backlog: How many unordered rows and heads of keys are claimable now, counting each no
+-- backlog: How many unordered rows and heads of keys are claimable now, each counted to
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT %s) AS anon_3 UNION ALL SELECT anon_4.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
  LIMIT %s) AS anon_4 ORDER BY id
  LIMIT %s) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_5])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_3])))
  LIMIT %s) AS anon_5) AS anon_1;
 
--- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, counting each no
+-- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, each counted to
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT %s) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)))
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2])))
  LIMIT %s) AS anon_4) AS anon_1;
 
 -- beat_ages: Each heartbeat's name and seconds since it beat.
@@ -51,6 +51,16 @@ INSERT INTO relay_heartbeats (name, beat_at) VALUES (%s, (UTC_TIMESTAMP(6)));
 
 -- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
 UPDATE relay_heartbeats SET beat_at=(UTC_TIMESTAMP(6)) WHERE relay_heartbeats.name = %s;
+
+-- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
+SELECT relay_rate_buckets.tokens, timestampdiff(MICROSECOND, relay_rate_buckets.refilled_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS elapsed
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = %s FOR UPDATE SKIP LOCKED;
+
+-- bucket_exists: Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's).
+SELECT relay_rate_buckets.name
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = %s;
 
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%s, updated_at=(UTC_TIMESTAMP(6)) WHERE outbox.id = %s AND outbox.attempt = %s AND outbox.status = 'processing' AND outbox.locked_by = %s;
@@ -124,6 +134,11 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
+-- find: The pause bound as ``b_kind`` and ``b_value``, if in force.
+SELECT relay_pauses.id
+FROM relay_pauses
+WHERE relay_pauses.kind = %s AND relay_pauses.value = %s;
+
 -- first_after: The lowest number of key ``b_key`` above ``b_after`` (a missing head's key: where
 SELECT outbox.seq
 FROM outbox
@@ -157,13 +172,24 @@ WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = '
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox_progress INNER JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %s
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED;
 
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
 FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
+
+-- held_rows: How many pending rows ``hold`` holds back, counted no further than ``limit`` (a
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'pending' AND NOT ((outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))))
+ LIMIT %s) AS anon_1;
+
+-- in_force: ``(kind, value)`` of every pause in force: what a relay holds back.
+SELECT relay_pauses.kind, relay_pauses.value
+FROM relay_pauses;
 
 -- inbox_claim: ``INSERT IGNORE``: only the duplicate key becomes "0 rows" (the inbox checks lengths
 INSERT IGNORE INTO relay_inbox (consumer, message_id) VALUES (%s, %s);
@@ -200,11 +226,18 @@ FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s AND outbox.id > %s ORDER BY outbox.id
  LIMIT %s;
 
+-- listed: Every pause, oldest first, with its age in seconds on the database's clock.
+SELECT relay_pauses.kind, relay_pauses.value, relay_pauses.reason, relay_pauses.paused_by, relay_pauses.paused_at, timestampdiff(MICROSECOND, relay_pauses.paused_at, (UTC_TIMESTAMP(6))) / 1000000.0 AS age_seconds
+FROM relay_pauses ORDER BY relay_pauses.id;
+
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)), sent_at=(UTC_TIMESTAMP(6)) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = %s;
 
 -- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
+
+-- new_bucket: A bucket named ``b_name`` holding ``b_tokens``, refilled now.
+INSERT INTO relay_rate_buckets (name, tokens) VALUES (%s, %s);
 
 -- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
 SELECT oldest.id
@@ -232,10 +265,16 @@ WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
  LIMIT %s) AS oldest
 WHERE oldest.sent_at < timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND oldest.status = 'sent';
 
+-- pause: One pause; bind ``b_kind``, ``b_value``, ``b_reason``, ``b_by`` (a pause already in
+INSERT INTO relay_pauses (kind, value, reason, paused_by) VALUES (%s, %s, %s, %s);
+
+-- pay: Set the bucket ``b_name`` to ``b_tokens``, refilled now (database time).
+UPDATE relay_rate_buckets SET tokens=%s, refilled_at=(UTC_TIMESTAMP(6)) WHERE relay_rate_buckets.name = %s;
+
 -- pick_statement: ``SELECT id, <bytes> … seq IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED``
 SELECT outbox.id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
-WHERE outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND outbox.seq IS NULL ORDER BY outbox.id
+WHERE outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND outbox.seq IS NULL AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED;
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
@@ -277,13 +316,16 @@ UPDATE outbox SET status='pending', next_retry_at=timestampadd(MICROSECOND, CAST
 -- reserve_key: ``INSERT … (key, 0) ON DUPLICATE KEY UPDATE last_seq = last_seq`` (locks it).
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%s, %s) ON DUPLICATE KEY UPDATE last_seq = outbox_sequence.last_seq;
 
+-- resume: Lift the pause bound as ``b_kind`` and ``b_value``.
+DELETE FROM relay_pauses WHERE relay_pauses.kind = %s AND relay_pauses.value = %s;
+
 -- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts; their
 UPDATE outbox SET status='pending', attempt=%s, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(UTC_TIMESTAMP(6)), expires_at=timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %s ESCAPE '\\' AND outbox.ordering_key = %s AND (lower(outbox.last_error) LIKE concat('%%', %s, '%%') ESCAPE '/') AND outbox.created_at >= timestampadd(MICROSECOND, CAST(round(%s * 1000000) AS SIGNED INTEGER), (UTC_TIMESTAMP(6))) AND outbox.created_at < %s;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
-WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) FOR UPDATE SKIP LOCKED;
+WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) OR outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) FOR UPDATE SKIP LOCKED;
 
 -- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
 SELECT coalesce(sum(outbox_sent_counts.sent), %s) AS coalesce_1
@@ -333,11 +375,11 @@ UPDATE relay_purger SET holder=%s, expires_at=timestampadd(MICROSECOND, CAST(rou
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
 FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %s;
 
@@ -345,7 +387,7 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.

@@ -22,38 +22,38 @@ SELECT current_setting('autovacuum') AS server, current_setting('track_counts') 
 -- backend_pid: This session's server process (the doctor tells a transaction pooler by it).
 SELECT pg_backend_pid() AS pg_backend_pid_1;
 
--- backlog: How many unordered rows and heads of keys are claimable now, counting each no
+-- backlog: How many unordered rows and heads of keys are claimable now, each counted to
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
- LIMIT %(param_1)s::INTEGER) AS anon_3 UNION ALL SELECT anon_4.id AS id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
+ LIMIT %(param_4)s::INTEGER) AS anon_3 UNION ALL SELECT anon_4.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_2)s::INTEGER) AS anon_4 ORDER BY id
- LIMIT %(param_3)s::INTEGER) AS anon_2) + (SELECT count(*) AS count_2
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_8)s::INTEGER) AS anon_4 ORDER BY id
+ LIMIT %(param_9)s::INTEGER) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT o.id AS id
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
 FROM outbox
-WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
- LIMIT %(param_4)s::INTEGER) AS o ON true
- LIMIT %(param_5)s::INTEGER) AS anon_5) AS anon_1;
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_10)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_11)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_12)s::VARCHAR AS TEXT[])))
+ LIMIT %(param_13)s::INTEGER) AS o ON true
+ LIMIT %(param_14)s::INTEGER) AS anon_5) AS anon_1;
 
--- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, counting each no
+-- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, each counted to
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_1)s::INTEGER) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_4)s::INTEGER) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT o.id AS id
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq
 FROM outbox
-WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
- LIMIT %(param_2)s::INTEGER) AS o ON true
- LIMIT %(param_3)s::INTEGER) AS anon_4) AS anon_1;
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[])))
+ LIMIT %(param_8)s::INTEGER) AS o ON true
+ LIMIT %(param_9)s::INTEGER) AS anon_4) AS anon_1;
 
 -- beat_ages: Each heartbeat's name and seconds since it beat.
 SELECT relay_heartbeats.name, CAST(EXTRACT(epoch FROM now() - relay_heartbeats.beat_at) AS FLOAT) AS anon_1
@@ -65,6 +65,16 @@ INSERT INTO relay_heartbeats (name, beat_at) VALUES (%(b_name)s::VARCHAR, now())
 -- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
 UPDATE relay_heartbeats SET beat_at=now() WHERE relay_heartbeats.name = %(b_name)s::VARCHAR;
 
+-- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
+SELECT relay_rate_buckets.tokens, CAST(EXTRACT(epoch FROM now() - relay_rate_buckets.refilled_at) AS FLOAT) AS elapsed
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = %(b_name)s::VARCHAR FOR UPDATE SKIP LOCKED;
+
+-- bucket_exists: Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's).
+SELECT relay_rate_buckets.name
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = %(b_name)s::VARCHAR;
+
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=%(b_error)s::VARCHAR, updated_at=now() WHERE outbox.id = %(b_id)s::BIGINT AND outbox.attempt = %(b_attempt)s::INTEGER AND outbox.status = 'processing' AND outbox.locked_by = %(b_worker)s::VARCHAR;
 
@@ -74,13 +84,13 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
+ LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_4 ORDER BY id
- LIMIT %(param_3)s::INTEGER) AS anon_2) AS anon_1
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_4 ORDER BY id
+ LIMIT %(param_9)s::INTEGER) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
 
 -- claim_statement[expired=False]: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
@@ -89,8 +99,8 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3) AS anon_2) AS anon_1
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
 
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
@@ -170,6 +180,11 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
+-- find: The pause bound as ``b_kind`` and ``b_value``, if in force.
+SELECT relay_pauses.id
+FROM relay_pauses
+WHERE relay_pauses.kind = %(b_kind)s::VARCHAR AND relay_pauses.value = %(b_value)s::VARCHAR;
+
 -- first_after: The lowest number of key ``b_key`` above ``b_after`` (a missing head's key: where
 SELECT outbox.seq
 FROM outbox
@@ -204,9 +219,9 @@ WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = '
 SELECT o.id, o.ordering_key, o.seq, o.size
 FROM outbox_progress JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
- LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true ORDER BY o.id
- LIMIT %(param_2)s::INTEGER;
+WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + %(sent_seq_1)s::BIGINT AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[])))
+ LIMIT %(param_4)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true ORDER BY o.id
+ LIMIT %(param_5)s::INTEGER;
 
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
@@ -217,11 +232,22 @@ FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
+-- held_rows: How many pending rows ``hold`` holds back, counted no further than ``limit`` (a
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'pending' AND NOT (outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))))
+ LIMIT %(param_4)s::INTEGER) AS anon_1;
+
 -- id_sequence: The schema-qualified sequence behind ``outbox.id``, which the wake-up watches.
 SELECT pg_get_serial_sequence(%(param_1)s, %(param_2)s::VARCHAR) AS pg_get_serial_sequence_1;
 
 -- idle_in_transaction_timeout: ``SHOW idle_in_transaction_session_timeout`` (the doctor warns when it is off).
 SHOW idle_in_transaction_session_timeout;
+
+-- in_force: ``(kind, value)`` of every pause in force: what a relay holds back.
+SELECT relay_pauses.kind, relay_pauses.value
+FROM relay_pauses;
 
 -- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
 INSERT INTO relay_inbox (consumer, message_id) VALUES (%(consumer)s::VARCHAR, %(message_id)s::VARCHAR) ON CONFLICT DO NOTHING RETURNING relay_inbox.consumer;
@@ -258,6 +284,10 @@ FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE AND outbox.id > %(id_2)s::BIGINT ORDER BY outbox.id
  LIMIT %(param_2)s::INTEGER;
 
+-- listed: Every pause, oldest first, with its age in seconds on the database's clock.
+SELECT relay_pauses.kind, relay_pauses.value, relay_pauses.reason, relay_pauses.paused_by, relay_pauses.paused_at, CAST(EXTRACT(epoch FROM now() - relay_pauses.paused_at) AS FLOAT) AS age_seconds
+FROM relay_pauses ORDER BY relay_pauses.id;
+
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() WHERE outbox.id = ANY (array((SELECT o.id
 FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
@@ -267,6 +297,9 @@ WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status
 
 -- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
+
+-- new_bucket: A bucket named ``b_name`` holding ``b_tokens``, refilled now.
+INSERT INTO relay_rate_buckets (name, tokens) VALUES (%(b_name)s::VARCHAR, %(b_tokens)s);
 
 -- new_xact_id: A new transaction id, the wake-up's horizon: every transaction with one is older.
 SELECT CAST(CAST(pg_current_xact_id() AS text) AS bigint);
@@ -296,6 +329,12 @@ FROM outbox
 WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
  LIMIT %(param_1)s::INTEGER) AS oldest
 WHERE oldest.sent_at < now() + %(param_2)s * interval '1 second' AND oldest.status = 'sent';
+
+-- pause: One pause; bind ``b_kind``, ``b_value``, ``b_reason``, ``b_by`` (a pause already in
+INSERT INTO relay_pauses (kind, value, reason, paused_by) VALUES (%(b_kind)s::VARCHAR, %(b_value)s::VARCHAR, %(b_reason)s::VARCHAR, %(b_by)s::VARCHAR) RETURNING relay_pauses.id;
+
+-- pay: Set the bucket ``b_name`` to ``b_tokens``, refilled now (database time).
+UPDATE relay_rate_buckets SET tokens=%(b_tokens)s, refilled_at=now() WHERE relay_rate_buckets.name = %(b_name)s::VARCHAR;
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
 SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
@@ -344,6 +383,9 @@ UPDATE outbox SET status='pending', next_retry_at=(now() + %(b_delay)s * interva
 -- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO UPDATE SET last_seq = last_seq`` (locks it).
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (%(key)s::VARCHAR, %(last_seq)s::BIGINT) ON CONFLICT (ordering_key) DO UPDATE SET last_seq = outbox_sequence.last_seq;
 
+-- resume: Lift the pause bound as ``b_kind`` and ``b_value``.
+DELETE FROM relay_pauses WHERE relay_pauses.kind = %(b_kind)s::VARCHAR AND relay_pauses.value = %(b_value)s::VARCHAR;
+
 -- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts; their
 UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=now(), expires_at=(now() + %(b_expires_seconds)s * interval '1 second') WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE %(event_type_1)s::VARCHAR ESCAPE '\' AND outbox.ordering_key = %(ordering_key_1)s::VARCHAR AND (lower(outbox.last_error) LIKE '%%' || %(lower_1)s::VARCHAR || '%%' ESCAPE '/') AND outbox.created_at >= now() + %(param_1)s * interval '1 second' AND outbox.created_at < %(created_at_1)s::TIMESTAMP WITH TIME ZONE;
 
@@ -351,8 +393,8 @@ UPDATE outbox SET status='pending', attempt=%(attempt)s::INTEGER, next_retry_at=
 SELECT o.id, o.ordering_key, o.seq, o.size
 FROM unnest(%(run_keys)s::VARCHAR[], %(run_seqs)s::BIGINT[]) AS p(ordering_key, seq) JOIN LATERAL (SELECT outbox.id AS id, outbox.ordering_key AS ordering_key, outbox.seq AS seq, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now())
- LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true;
+WHERE outbox.ordering_key = p.ordering_key AND outbox.seq = p.seq AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) OR outbox.status = 'processing' AND outbox.locked_until < now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[])))
+ LIMIT %(param_4)s::INTEGER FOR UPDATE SKIP LOCKED) AS o ON true;
 
 -- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
 SELECT coalesce(sum(outbox_sent_counts.sent), %(coalesce_2)s::INTEGER) AS coalesce_1
@@ -414,20 +456,20 @@ UPDATE relay_purger SET holder=%(b_holder)s::VARCHAR, expires_at=(now() + %(b_se
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() ORDER BY outbox.locked_until, outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
+ LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_2)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
- LIMIT %(param_3)s::INTEGER;
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_2 ORDER BY id
+ LIMIT %(param_9)s::INTEGER;
 
 -- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, octet_length(CAST(outbox.payload AS TEXT)) + coalesce(octet_length(CAST(outbox.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) ORDER BY outbox.id
- LIMIT %(param_1)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1;
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
 SELECT outbox.event_type, count(*) AS count_1

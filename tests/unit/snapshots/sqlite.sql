@@ -13,33 +13,33 @@ FROM relay_audit
 WHERE relay_audit.id < ? ORDER BY relay_audit.id DESC
  LIMIT ? OFFSET ?;
 
--- backlog: How many unordered rows and heads of keys are claimable now, counting each no
+-- backlog: How many unordered rows and heads of keys are claimable now, each counted to
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT ? OFFSET ?) AS anon_3 UNION ALL SELECT anon_4.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_4 ORDER BY id
  LIMIT ? OFFSET ?) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_5])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_3])))
  LIMIT ? OFFSET ?) AS anon_5) AS anon_1;
 
--- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, counting each no
+-- backlog[expired=False]: How many unordered rows and heads of keys are claimable now, each counted to
 SELECT (SELECT count(*) AS count_1
 FROM (SELECT anon_3.id AS id
 FROM (SELECT outbox.id AS id
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_3) AS anon_2) + (SELECT count(*) AS count_2
 FROM (SELECT outbox.id AS id
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')))
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2])))
  LIMIT ? OFFSET ?) AS anon_4) AS anon_1;
 
 -- beat_ages: Each heartbeat's name and seconds since it beat.
@@ -52,6 +52,16 @@ INSERT INTO relay_heartbeats (name, beat_at) VALUES (?, (strftime('%Y-%m-%d %H:%
 -- beat_update: Set heartbeat ``b_name``'s time to the database's now (0 rows: not there yet).
 UPDATE relay_heartbeats SET beat_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_heartbeats.name = ?;
 
+-- bucket: The bucket named ``b_name``: its tokens and the seconds since it was last refilled,
+SELECT relay_rate_buckets.tokens, (julianday('now') - julianday(relay_rate_buckets.refilled_at)) * 86400.0 AS elapsed
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = ?;
+
+-- bucket_exists: Whether the bucket ``b_name`` exists (unlocked: a locked one is another claim's).
+SELECT relay_rate_buckets.name
+FROM relay_rate_buckets
+WHERE relay_rate_buckets.name = ?;
+
 -- bury: Rows that failed their last attempt become ``failed`` (executemany: ``b_id``,
 UPDATE outbox SET status='failed', locked_until=NULL, last_error=?, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id = ? AND outbox.attempt = ? AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
@@ -61,11 +71,11 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT ? OFFSET ?) AS anon_3 UNION ALL SELECT anon_4.id AS id, anon_4.size AS size
 FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_4 ORDER BY id
  LIMIT ? OFFSET ?) AS anon_2) AS anon_1
 WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
@@ -76,7 +86,7 @@ FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER 
 FROM (SELECT anon_3.id AS id, anon_3.size AS size
 FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_3) AS anon_2) AS anon_1
 WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
 
@@ -141,6 +151,11 @@ SELECT outbox.ordering_key, outbox.seq
 FROM outbox
 WHERE outbox.status = 'failed' AND outbox.seq IS NOT NULL AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
+-- find: The pause bound as ``b_kind`` and ``b_value``, if in force.
+SELECT relay_pauses.id
+FROM relay_pauses
+WHERE relay_pauses.kind = ? AND relay_pauses.value = ?;
+
 -- first_after: The lowest number of key ``b_key`` above ``b_after`` (a missing head's key: where
 SELECT outbox.seq
 FROM outbox
@@ -174,13 +189,24 @@ WHERE outbox.status IN ('pending', 'processing', 'failed') AND outbox.status = '
 -- heads_statement: Claimable heads of their key (number ``sent_seq + 1``), oldest first, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox_progress JOIN outbox ON outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox_progress.sent_seq + ?
-WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?;
 
 -- held: Ids of the rows ``worker`` still holds among those bound as for :meth:`renew`.
 SELECT outbox.id
 FROM outbox
 WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
+
+-- held_rows: How many pending rows ``hold`` holds back, counted no further than ``limit`` (a
+SELECT count(*) AS count_1
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.status = 'pending' AND NOT ((outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))))
+ LIMIT ? OFFSET ?) AS anon_1;
+
+-- in_force: ``(kind, value)`` of every pause in force: what a relay holds back.
+SELECT relay_pauses.kind, relay_pauses.value
+FROM relay_pauses;
 
 -- inbox_claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING consumer``: a returned row tells that it
 INSERT INTO relay_inbox (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING consumer;
@@ -217,11 +243,18 @@ FROM outbox
 WHERE outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ? AND outbox.id > ? ORDER BY outbox.id
  LIMIT ? OFFSET ?;
 
+-- listed: Every pause, oldest first, with its age in seconds on the database's clock.
+SELECT relay_pauses.kind, relay_pauses.value, relay_pauses.reason, relay_pauses.paused_by, relay_pauses.paused_at, (julianday('now') - julianday(relay_pauses.paused_at)) * 86400.0 AS age_seconds
+FROM relay_pauses ORDER BY relay_pauses.id;
+
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')), sent_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE (outbox.id, outbox.attempt) IN (__[POSTCOMPILE_keys]) AND outbox.status = 'processing' AND outbox.locked_by = ?;
 
 -- matching: The rows an operator's filter selects (``relay.store.operations.filters``).
 outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
+
+-- new_bucket: A bucket named ``b_name`` holding ``b_tokens``, refilled now.
+INSERT INTO relay_rate_buckets (name, tokens) VALUES (?, ?);
 
 -- oldest_past_retention: Ids of the sent rows older than the retention among the ``limit`` oldest rows that
 SELECT oldest.id
@@ -248,6 +281,12 @@ FROM outbox
 WHERE outbox.sent_at IS NOT NULL ORDER BY outbox.sent_at
  LIMIT ? OFFSET ?) AS oldest
 WHERE oldest.sent_at < strftime(?, 'now', printf(?, ?)) AND oldest.status = 'sent';
+
+-- pause: One pause; bind ``b_kind``, ``b_value``, ``b_reason``, ``b_by`` (a pause already in
+INSERT INTO relay_pauses (kind, value, reason, paused_by) VALUES (?, ?, ?, ?);
+
+-- pay: Set the bucket ``b_name`` to ``b_tokens``, refilled now (database time).
+UPDATE relay_rate_buckets SET tokens=?, refilled_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE relay_rate_buckets.name = ?;
 
 -- progress_statement: Progress of the keys bound as ``keys``, row-locked, in key order.
 SELECT outbox_progress.ordering_key, outbox_progress.sent_seq
@@ -288,13 +327,16 @@ UPDATE outbox SET status='pending', next_retry_at=strftime(?, 'now', printf(?, ?
 -- reserve_key: ``INSERT … (key, 0) ON CONFLICT DO NOTHING``: the write lock already serializes.
 INSERT INTO outbox_sequence (ordering_key, last_seq) VALUES (?, ?) ON CONFLICT (ordering_key) DO NOTHING;
 
+-- resume: Lift the pause bound as ``b_kind`` and ``b_value``.
+DELETE FROM relay_pauses WHERE relay_pauses.kind = ? AND relay_pauses.value = ?;
+
 -- retry_failed: The failed rows ``matching`` selects go back to pending with fresh attempts; their
 UPDATE outbox SET status='pending', attempt=?, next_retry_at=NULL, locked_by=NULL, locked_until=NULL, updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')), expires_at=strftime(?, 'now', printf(?, ?)) WHERE outbox.status = 'failed' AND outbox.status IN ('failed') AND outbox.id IN (__[POSTCOMPILE_id_1]) AND outbox.event_type LIKE ? ESCAPE '\' AND outbox.ordering_key = ? AND (lower(outbox.last_error) LIKE '%' || ? || '%' ESCAPE '/') AND outbox.created_at >= strftime(?, 'now', printf(?, ?)) AND outbox.created_at < ?;
 
 -- run_statement: The claimable rows among ``(ordering_key, seq)`` pairs bound as ``places``, locked.
 SELECT outbox.id, outbox.ordering_key, outbox.seq, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')));
+WHERE (outbox.ordering_key, outbox.seq) IN (__[POSTCOMPILE_places]) AND outbox.status IN ('pending', 'processing') AND (outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) OR outbox.status = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1])));
 
 -- sent_counted: Events counted sent in the last ``b_minutes`` minutes.
 SELECT coalesce(sum(outbox_sent_counts.sent), ?) AS coalesce_1
@@ -344,11 +386,11 @@ UPDATE relay_purger SET holder=?, expires_at=strftime(?, 'now', printf(?, ?)) WH
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) ORDER BY outbox.locked_until, outbox.id
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
  LIMIT ? OFFSET ?) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
 FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_2 ORDER BY id
  LIMIT ? OFFSET ?;
 
@@ -356,7 +398,7 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
 SELECT anon_1.id, anon_1.size
 FROM (SELECT outbox.id AS id, length(CAST(outbox.payload AS BLOB)) + coalesce(length(CAST(outbox.headers AS BLOB)), ?) AS size
 FROM outbox
-WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) ORDER BY outbox.id
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT ? OFFSET ?) AS anon_1;
 
 -- unroutable_types: Event types with rows waiting or failed as unroutable, and how many, up to ``limit``.
