@@ -62,8 +62,9 @@ _SERIES = re.compile(r"\b(relay_[a-z0-9_]+)")
 
 
 def series_in(text: str) -> set[str]:
-    """The ``relay_…`` series names an expression (or a file of them) queries."""
-    return set(_SERIES.findall(text))
+    """The ``relay_…`` metric names an expression (or a file of them) queries; a histogram's
+    ``_bucket``, ``_count`` and ``_sum`` series by the histogram's name, as documented."""
+    return {re.sub(r"_(bucket|count|sum)$", "", n) for n in _SERIES.findall(text)}
 
 
 def shortened(rules: str, seconds: int) -> str:
