@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -79,6 +80,12 @@ class Prometheus:
     def __init__(self, port: int, work: Path, proc: subprocess.Popen[bytes]) -> None:
         self.port, self.work, self.proc = port, work, proc
 
+    def scrape(self, targets: list[str]) -> None:
+        """Scrape ``targets`` (``host:port``) from now on, as job ``relay`` (file discovery:
+        Prometheus watches the file, no reload; its discovery passes changes on at most every
+        5 s, so wait for :meth:`targets_up`)."""
+        _write_targets(self.work, targets)
+
     def get(self, path: str) -> Any:
         url = f"http://127.0.0.1:{self.port}{path}"
         with urllib.request.urlopen(url, timeout=5) as reply:
@@ -102,6 +109,12 @@ class Prometheus:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
+def _write_targets(work: Path, targets: list[str]) -> None:
+    staged = work / "targets.tmp"
+    staged.write_text(json.dumps([{"targets": targets}]))
+    staged.replace(work / "targets.json")  # whole, never half-written
+
+
 @contextmanager
 def running(targets: list[str], rules: str, *, interval: str = "1s") -> Iterator[Prometheus]:
     """A Prometheus scraping ``targets`` (``host:port``) as job ``relay`` every ``interval``,
@@ -113,11 +126,17 @@ def running(targets: list[str], rules: str, *, interval: str = "1s") -> Iterator
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(work / "alerts.yml")],
         "scrape_configs": [
-            {"job_name": "relay", "static_configs": [{"targets": targets}]},
+            {
+                "job_name": "relay",
+                "file_sd_configs": [
+                    {"files": [str(work / "targets.json")], "refresh_interval": interval}
+                ],
+            },
         ],
     }
     (work / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
     port = free_port()
+    _write_targets(work, targets)
     with open(work / "prometheus.log", "wb") as log:
         proc = subprocess.Popen(
             [
@@ -149,3 +168,4 @@ def running(targets: list[str], rules: str, *, interval: str = "1s") -> Iterator
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
