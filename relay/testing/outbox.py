@@ -154,4 +154,4 @@ def _expected_text(expected: Expected) -> str:
     return f"{expected[0]} {expected[1]!r}"
 
 
-__all__ = ["MAX_EVENTS", "CommittedEvent", "Expected", "TestOutbox"]
+__all__ = ["CommittedEvent", "TestOutbox"]

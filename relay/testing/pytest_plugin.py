@@ -65,3 +65,6 @@ def relay_drain(relay_outbox: TestOutbox) -> Callable[..., list[OutgoingMessage]
         return relay_outbox.drain(**settings)
 
     return drain
+
+
+__all__ = ["relay_database_url", "relay_drain", "relay_engine", "relay_outbox"]

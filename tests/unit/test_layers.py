@@ -45,6 +45,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "relay.store.engine": frozenset({"amqp", "celery", "kombu"}),
     "relay.publishers.virtual": frozenset({"celery", "sqlalchemy"}),
     "relay.testing": frozenset({"celery", "kombu", "sqlalchemy"}),
+    # pytest loads it in every project that installs the relay: fixtures only, nothing heavy.
+    "relay.testing.pytest_plugin": frozenset({"celery", "kombu", "sqlalchemy"}),
     "relay.publishers.transports": frozenset({"celery", "sqlalchemy"}),
     "relay": frozenset({"celery", "django", "kombu", "sqlalchemy"}),
     "relay.django": frozenset({"celery", "kombu"}),
