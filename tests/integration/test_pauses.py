@@ -4,6 +4,9 @@ nothing, and a rate limit's bucket pays for what a claim takes."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -15,6 +18,8 @@ from relay.store.dispatch_path.store import DispatchStore
 from relay.store.operations.pausing import PauseStore
 from relay.store.operations.store import OperationsStore
 from relay.store.schema.tables import rate_buckets
+from tests.support.env import relay_env
+from tests.support.fleet import RELAY_BIN
 from tests.support.rows import enqueue_many, rows
 
 pytestmark = pytest.mark.timeout(120)
@@ -137,3 +142,32 @@ def test_a_backlog_of_other_types_does_not_starve_a_limited_one(engine: sa.Engin
         t: [e.payload["n"] for e in claimed if e.event_type == t] for t in ("free.u", "limited.t")
     }
     assert by_type == {"free.u": [0, 1, 2, 3, 4], "limited.t": [0, 1, 2, 3, 4]}
+
+
+def test_the_commands_pause_list_and_resume(pg_url: str) -> None:
+    """`relay pause` needs a selector (exit 2), takes one, says when it was already in force;
+    `relay paused --json` lists it under the database's name; `relay resume` lifts it; with
+    one database configured, `--source NAME` alone pauses it whatever NAME. (One database: the
+    commands' SQL is the store's, tested on each above.)"""
+    env = relay_env(database_url=pg_url)
+
+    def relay_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RELAY_BIN, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    refused = relay_cli("pause")
+    assert refused.returncode == 2
+    assert "--event-type" in refused.stderr
+    assert relay_cli("pause", "--event-type", "mail.*", "--reason", "smtp").returncode == 0
+    assert "already paused" in relay_cli("pause", "--event-type", "mail.*").stdout
+    assert relay_cli("pause", "--source", "orders").returncode == 0
+    listed = json.loads(relay_cli("paused", "--json").stdout)["databases"]["default"]
+    assert [(p["kind"], p["value"], p["reason"]) for p in listed] == [
+        ("event_type", "mail.*", "smtp"),
+        ("database", "orders", None),
+    ]
+    assert "resumed" in relay_cli("resume", "--event-type", "mail.*").stdout
+    assert "was not paused" in relay_cli("resume", "--key", "k1").stdout
+    status = json.loads(relay_cli("status", "--json").stdout)
+    assert [p["kind"] for p in status["pauses"]] == ["database"]
