@@ -5,7 +5,7 @@ over the customer's credit limit is refused after both were written, so the tran
 back and no event exists. Run its tests with::
 
     pytest examples/plugin_orders            # the relay installed: the plugin is loaded
-    pytest -p relay.testing.pytest_plugin examples/plugin_orders   # from a checkout
+    pytest -p relay.testing.pytest_plugin examples/plugin_orders   # from a checkout, not installed
 """
 
 from __future__ import annotations

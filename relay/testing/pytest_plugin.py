@@ -4,7 +4,8 @@ Registered under the ``pytest11`` entry point as ``relay``: installing the relay
 load this module in every run of the project. Loading it defines fixtures and nothing else (no
 import of SQLAlchemy or the dispatcher, no hook, no setting read): nothing happens until a
 test asks for one. ``pytest -p no:relay`` turns it off; where the entry point is not installed
-(a checkout on ``PYTHONPATH``), ``-p relay.testing.pytest_plugin`` turns it on.
+(a checkout on ``PYTHONPATH``), ``-p relay.testing.pytest_plugin`` turns it on (never both:
+pytest refuses to register the module a second time).
 
 - ``relay_database_url``: where the outbox lives, a SQLite file of the test's own by default;
   override the fixture to return your test database's URL;

@@ -60,3 +60,33 @@ def test_without_the_plugin_its_fixtures_are_missing(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "fixture 'relay_engine' not found" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_pytest11_entry_point_of_pyproject_loads_the_plugin(tmp_path: Path) -> None:
+    """pyproject.toml's ``pytest11`` entry point, as an installed distribution declares it (a
+    dist-info written here, when the relay is not installed), makes pytest load the plugin
+    with no ``-p``: the example's tests pass."""
+    import tomllib
+
+    if any(ep.name == "relay" for ep in entry_points(group="pytest11")):
+        pytest.skip("installed: the first test already ran through the entry point")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    info = tmp_path / "site" / "relay_probe-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: relay-probe\nVersion: 0.0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in declared["pytest11"].items())
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{lines}")
+    path = [str(tmp_path / "site"), str(ROOT), str(EXAMPLE)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(EXAMPLE)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert declared["pytest11"] == {"relay": "relay.testing.pytest_plugin"}
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "4 passed" in done.stdout
