@@ -9,7 +9,6 @@ Prometheus fires them is tests/integration/test_prometheus_alerts.py.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -92,7 +91,7 @@ def test_every_series_the_rules_query_is_in_the_documented_metric_list() -> None
     assert queried <= documented, sorted(queried - documented)
 
 
-def test_shortening_rewrites_every_for_and_nothing_else(tmp_path: Path) -> None:
+def test_shortening_rewrites_every_for_and_nothing_else() -> None:
     text = RULES.read_text()
     short = shortened(text, 3)
     assert short.count("for: 3s") == text.count("for: ")
