@@ -134,6 +134,22 @@ class PrometheusObserver(Observer):
             multiprocess_mode="livemax",
             registry=r,
         )
+        # What an alert needs to tell "the broker is out" and "nothing is delivered" apart
+        # from a quiet outbox: the breaker's state and the time of the last confirm, both
+        # read off the publish result the cycle sorts, so the dispatch path is unchanged.
+        self.breaker_open_gauge = Gauge(
+            "relay_breaker_open",
+            "1 while the circuit breaker is open: the last publish found the broker unreachable "
+            "and none has succeeded since.",
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.last_sent_gauge = Gauge(
+            "relay_last_publish_success_timestamp_seconds",
+            "Unix time of the last batch the broker confirmed (0: none since the start).",
+            multiprocess_mode="max",
+            registry=r,
+        )
         self._children: dict[tuple[int, str, str], Any] = {}
 
     @classmethod
@@ -180,9 +196,22 @@ class PrometheusObserver(Observer):
     def publish(self, events: list[ClaimedEvent], send: Send) -> PublishResult:
         started = time.perf_counter()
         try:
-            return send(events)
+            result = send(events)
         finally:
             self.publish_seconds.observe(time.perf_counter() - started)
+        self.published(result)
+        return result
+
+    def published(self, result: PublishResult) -> None:
+        """The breaker's state and the last confirm after ``result``, as the cycle reads it
+        (:meth:`relay.dispatch.cycle.Cycle.publish`): an outage opens the breaker, a broker's
+        resource alarm does not (that is ``relay_broker_blocked``), any other result closes it."""
+        if result.confirmed:
+            self.last_sent_gauge.set(time.time())
+        if not result.unavailable:
+            self.breaker_open_gauge.set(0)
+        elif result.error is None or result.error.outage:
+            self.breaker_open_gauge.set(1)
 
     def recorded(self, outcome: Recorded) -> None:
         kinds = (

@@ -34,6 +34,20 @@ def scrape(port: int) -> Samples | None:
     return samples
 
 
+def exported(port: int) -> set[str]:
+    """The series names the endpoint exports, a metric without samples yet included (a
+    labelled counter before its first increment shows only its HELP and TYPE): a counter as
+    ``name_total``, a histogram as ``name_bucket``, ``name_count`` and ``name_sum``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+        names |= {family.name + s for s in suffixes.get(family.type, ("",))}
+        names |= {s.name for s in family.samples}
+    return names
+
+
 def total(samples: Samples, name: str, **labels: str) -> float:
     """Sum of the samples called ``name`` whose labels include ``labels``."""
     return sum(

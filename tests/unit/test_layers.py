@@ -45,6 +45,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "relay.store.engine": frozenset({"amqp", "celery", "kombu"}),
     "relay.publishers.virtual": frozenset({"celery", "sqlalchemy"}),
     "relay.testing": frozenset({"celery", "kombu", "sqlalchemy"}),
+    # pytest loads it in every project that installs the relay: fixtures only, nothing heavy.
+    "relay.testing.pytest_plugin": frozenset({"celery", "kombu", "sqlalchemy"}),
     "relay.publishers.transports": frozenset({"celery", "sqlalchemy"}),
     "relay": frozenset({"celery", "django", "kombu", "sqlalchemy"}),
     "relay.django": frozenset({"celery", "kombu"}),
@@ -222,7 +224,8 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported() -> None
 #:   all of the above;
 #: - the runners drive per-database runtimes: when and how many (the loop, many databases in
 #:   one process, a process per database);
-#: - the Celery glue and the console drive dispatchers, consumers and the store; the Django
+#: - the Celery glue, the console and the pytest plugin (``relay.testing.outbox``) drive
+#:   dispatchers, consumers and the store; the Django
 #:   glue writes through the producer and builds task messages with the Celery glue;
 #: - the CLI commands sit on top of everything (``relay demo`` runs a Celery worker).
 FLOORS: tuple[tuple[str, ...], ...] = (
@@ -250,7 +253,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "relay.replays",
     ),
     ("relay.runners",),
-    ("relay.celery", "relay.console", "relay.django"),
+    (
+        "relay.celery",
+        "relay.console",
+        "relay.django",
+        "relay.testing.outbox",
+        "relay.testing.pytest_plugin",
+    ),
     ("relay.commands", "relay.__main__"),
 )
 

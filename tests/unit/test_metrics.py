@@ -152,3 +152,30 @@ def test_broker_blocked_gauge_follows_the_publishers_hook() -> None:
     assert blocked() == 1
     observer.broker_blocked(None)
     assert blocked() == 0
+
+
+def test_the_breaker_gauge_and_the_last_confirm_follow_the_publish_results() -> None:
+    """An outage opens the breaker gauge (as the cycle's breaker opens), a broker's resource
+    alarm leaves it as it was (relay_broker_blocked says that), any other result closes it;
+    only a confirmed batch moves the time of the last confirm."""
+    from relay.exceptions import BrokerBlocked, BrokerUnavailable
+
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    value = registry.get_sample_value
+    events = [_event(1, "a")]
+    assert value("relay_breaker_open") == 0
+    assert value("relay_last_publish_success_timestamp_seconds") == 0
+    down = PublishResult(unavailable=list(events), error=BrokerUnavailable("down"))
+    observer.publish(events, lambda e: down)
+    assert value("relay_breaker_open") == 1
+    blocked = PublishResult(unavailable=list(events), error=BrokerBlocked("alarm"))
+    observer.publish(events, lambda e: blocked)
+    assert value("relay_breaker_open") == 1
+    assert value("relay_last_publish_success_timestamp_seconds") == 0
+    observer.publish(events, lambda e: PublishResult(rejected=[(events[0], "nack")]))
+    assert value("relay_breaker_open") == 0
+    assert value("relay_last_publish_success_timestamp_seconds") == 0
+    before = datetime.now(UTC).timestamp()
+    observer.publish(events, lambda e: PublishResult(confirmed=list(e)))
+    assert value("relay_last_publish_success_timestamp_seconds") >= before - 1

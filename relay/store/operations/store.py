@@ -1,9 +1,6 @@
-"""The operations store: what ``relay`` commands, the console, the metrics and the fleet's
-purge ask of the outbox (status, gauges, lists, retry and purge, audit, heartbeats, retention,
-the consumers' inbox purge).
-
-Nothing on the dispatch path calls it; its statements are in
-``relay.store.dialects.operations``.
+"""The operations store: what commands, console, metrics and the fleet's purge ask of the outbox
+(status, gauges, lists, retry, purge, audit, heartbeats, retention, the inbox purge). Nothing on
+the dispatch path calls it; its statements are in ``relay.store.dialects.operations``.
 """
 
 from __future__ import annotations
@@ -82,12 +79,8 @@ class OperationsStore(BaseStore):
             if row["id"] is None:
                 after = {"b_key": row["ordering_key"], "b_after": head}
                 resumes = conn.execute(self.keys.first_after(), after).scalar()
-                stalled = stalled_key(
-                    row["ordering_key"],
-                    Stall.MISSING,
-                    head,
-                    resumes_at=None if resumes is None else int(resumes),
-                )
+                at = None if resumes is None else int(resumes)
+                stalled = stalled_key(row["ordering_key"], Stall.MISSING, head, resumes_at=at)
             else:
                 stall = Stall.FAILED if row["status"] == Status.FAILED else Stall.SENT
                 stalled = stalled_key(
@@ -110,8 +103,7 @@ class OperationsStore(BaseStore):
         return StatusReport(counts, age_s, expired, stalled_keys=stalled)
 
     def pause_gauges(self, limit: int) -> tuple[int, int, float]:
-        """Pauses in force, the pending rows they hold (up to ``limit``), the oldest's age
-        (``relay.store.operations.pausing.PauseStore.gauges``)."""
+        """``relay.store.operations.pausing.PauseStore.gauges``: pauses, held rows, oldest age."""
         from relay.store.operations.pausing import PauseStore
 
         return PauseStore(self.engine).gauges(limit)

@@ -1,5 +1,6 @@
 """Test doubles shipped with the package: an in-memory publisher that records and can fail,
-and an in-memory store that leases and fences as the database does."""
+and an in-memory store that leases and fences as the database does (re-exported by
+``relay.testing``, where applications import them)."""
 
 from __future__ import annotations
 
