@@ -67,6 +67,16 @@ def policy() -> LockPolicy | None:
     return found if isinstance(found, LockPolicy) else None
 
 
+def bound_lock_wait() -> None:
+    """Bound this revision's wait for its locks even where ``relay migrate`` does not run it
+    (an application's own Alembic history or Django, ``relay migrate --sql``): on PostgreSQL,
+    ``SET LOCAL lock_timeout`` to the default policy's for the rest of the transaction, so an
+    ``ALTER TABLE outbox`` behind one long transaction fails there instead of queueing every
+    writer behind it. Under ``relay migrate`` the policy already set it (and retries)."""
+    if policy() is None and op.get_context().dialect.name == "postgresql":
+        op.execute(f"SET LOCAL lock_timeout = {LockPolicy().lock_timeout_ms}")
+
+
 def _concurrent() -> bool:
     """Whether this revision may build and drop PostgreSQL indexes CONCURRENTLY: online, on
     PostgreSQL, with the transactions in the chain's own hands."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from relay.migrations import frozen
+from relay.migrations import frozen, online
 
 revision = "0015"
 down_revision = "0014"
@@ -37,6 +37,7 @@ PAUSE_KINDS = "'event_type', 'key', 'database'"
 
 def upgrade() -> None:
     dialect = op.get_context().dialect.name
+    online.bound_lock_wait()
     # The outbox first: it is the one table a live relay and the application hold, so the one
     # statement that may time out on a lock (and be retried); on MariaDB, whose DDL commits
     # as it goes, a retry then finds nothing of this revision made yet.
