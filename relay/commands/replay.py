@@ -1,4 +1,5 @@
-"""``relay replay --to-queue QUEUE``: publish sent events again to one existing queue alone,
+"""``relay replay --to-queue QUEUE`` (or ``--to-subject SUBJECT`` on NATS JetStream): publish
+sent events again to one existing queue (or a subject an existing stream captures) alone,
 with the selectors of ``relay failed retry`` (``relay.commands.rows.add_filters``), a dry run,
 a rate limit and a resume point (``--after``); see :mod:`relay.replays.replayer`."""
 
@@ -23,11 +24,16 @@ from relay.store.operations.actions import Actor
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument(
         "--to-queue",
-        required=True,
         metavar="QUEUE",
         help="the existing queue to publish to (alone: the broker's default exchange)",
+    )
+    to.add_argument(
+        "--to-subject",
+        metavar="SUBJECT",
+        help="on NATS JetStream: the subject to publish to, which an existing stream captures",
     )
     rows.add_filters(p, action=True)
     p.add_argument(
@@ -65,6 +71,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             settings,
             rows.event_filter(args, (Status.SENT,)),
             to_queue=args.to_queue,
+            to_subject=args.to_subject,
             after=args.after,
             dry_run=args.dry_run,
             rate=args.rate,
@@ -102,7 +109,8 @@ def _stopping_on_signals(stop: threading.Event) -> Iterator[None]:
 
 def _resume_command(args: argparse.Namespace, after: int | None) -> str:
     """This replay's command line again, from ``after`` (the last id confirmed)."""
-    argv = ["relay", "replay", "--to-queue", args.to_queue]
+    to = ["--to-subject", args.to_subject] if args.to_subject else ["--to-queue", args.to_queue]
+    argv = ["relay", "replay", *to]
     for name in ("event_type", "key", "error"):
         if getattr(args, name) is not None:
             argv += [f"--{name.replace('_', '-')}", getattr(args, name)]
@@ -124,16 +132,17 @@ def _resume_command(args: argparse.Namespace, after: int | None) -> str:
 
 COMMAND = Command(
     "replay",
-    "publish sent events again to one existing queue (and no other)",
+    "publish sent events again to one existing queue or JetStream subject (and no other)",
     _arguments,
     _run,
     uses=REPLAY_ONLY,
     parser_options={
         "description": (
-            "Publish sent events again, to QUEUE alone, as they were first sent plus an "
-            "x-relay-replay header; rows are not changed. Select with ids, filters or --all "
-            "(nothing without one); --dry-run counts. An interrupted replay prints the "
-            "command that resumes it (--after the last id confirmed)."
+            "Publish sent events again, to QUEUE (or, on NATS JetStream, SUBJECT) alone, as "
+            "they were first sent plus an x-relay-replay header; rows are not changed. "
+            "Select with ids, filters or --all (nothing without one); --dry-run counts. An "
+            "interrupted replay prints the command that resumes it (--after the last id "
+            "confirmed)."
         )
     },
 )

@@ -238,6 +238,11 @@ class Settings:
         return self.events_url or self.broker_url
 
     @property
+    def events_on_nats(self) -> bool:
+        """Whether events go to NATS JetStream (``nats://``, ``tls://``), not through Kombu."""
+        return self.events_connection_url.partition("://")[0].lower() in ("nats", "tls")
+
+    @property
     def drain_budget_seconds(self) -> float:
         """How long one ``claim_and_dispatch`` may keep draining: well inside one lease."""
         return self.lease_seconds * timing.DRAIN_SHARE_OF_LEASE

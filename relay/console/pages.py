@@ -43,7 +43,7 @@ Page = Callable[[Request, Credential], Awaitable[Response]]
 #: The filter fields a page carries from the list to the confirmation and back.
 FILTER_FIELDS = ("status", "event_type", "key", "error", "since", "until", "ids", "all")
 #: What a replay's form carries besides the filter.
-REPLAY_FIELDS = ("to_queue", "after")
+REPLAY_FIELDS = ("to_queue", "to_subject", "after")
 #: Rows a dry run shows before its confirmation.
 PREVIEW_ROWS = 20
 
@@ -187,6 +187,7 @@ def routes(c: Console) -> list[Route]:
             can_retry=statuses == (Status.FAILED,),
             can_purge=statuses in ((Status.FAILED,), (Status.SENT,)),
             can_replay=statuses == (Status.SENT,),
+            replay_to="subject" if c.settings.events_on_nats else "queue",
         )
 
     async def event(request: Request, cred: Credential) -> Response:

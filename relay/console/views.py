@@ -220,13 +220,19 @@ def replay(
     dry_run: bool,
     actor: Actor,
 ) -> ReplayReport:
-    """Replay the sent rows ``f`` selects to the queue ``values`` names (``to_queue``), from
-    ``after`` and at ``rate`` if given (:func:`relay.replays.replayer.replay_selected`)."""
+    """Replay the sent rows ``f`` selects to the queue ``values`` names (``to_queue``), or on
+    NATS JetStream to its subject (``to_subject``), from ``after`` and at ``rate`` if given
+    (:func:`relay.replays.replayer.replay_selected`)."""
     from relay.replays.replayer import replay_selected as run
 
-    queue = _text(values, "to_queue")
-    if queue is None:
-        raise BadRequest("to_queue: a replay needs the name of an existing queue")
+    queue, subject = _text(values, "to_queue"), _text(values, "to_subject")
+    if queue is None and subject is None:
+        raise BadRequest(
+            "to_queue: a replay needs the name of an existing queue (on NATS JetStream, "
+            "to_subject: a subject an existing stream captures)"
+        )
+    if queue is not None and subject is not None:
+        raise BadRequest("a replay goes to one queue (to_queue) or one subject (to_subject)")
     if f.statuses not in ((), (Status.SENT,)):
         raise BadRequest("only sent events can be replayed")
     try:
@@ -243,6 +249,7 @@ def replay(
         settings,
         f,
         to_queue=queue,
+        to_subject=subject,
         after=after,
         rate=rate,
         dry_run=dry_run,

@@ -85,6 +85,8 @@ class JetStreamPublisher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
+        #: The acknowledgements of the last batch published.
+        self.acks = nats_message.Acks()
 
     # -- the loop ------------------------------------------------------------------------------
     def _run(self, coro: Coroutine[Any, Any, _T], deadline: float) -> _T:
@@ -238,7 +240,7 @@ class JetStreamPublisher:
         """``event``'s NATS message; one over the server's ``max_payload`` or the stream's
         ``max_msg_size`` is the row's fault, found before sending: a refusal after sending
         would come back once the rows of its key behind it were stored."""
-        msg = nats_message.from_message(message.prepare(event, self.keyring), self.exchange)
+        msg = self._message(event)
         for limit, what in (
             (self.max_payload, "the NATS server's max_payload"),
             (self.stream_max_msg_size, f"stream {self.stream}'s max_msg_size"),
@@ -248,6 +250,10 @@ class JetStreamPublisher:
                     f"message of {msg.size} bytes is over {what} of {limit} bytes"
                 )
         return msg
+
+    def _message(self, event: ClaimedEvent) -> nats_message.NatsMessage:
+        """``event`` as the message this publisher sends."""
+        return nats_message.from_message(message.prepare(event, self.keyring), self.exchange)
 
     async def _send(
         self, ready: list[tuple[ClaimedEvent, nats_message.NatsMessage]], result: PublishResult
@@ -290,6 +296,7 @@ class JetStreamPublisher:
                     f"JetStream unavailable: {why}, {outstanding} acknowledgements outstanding"
                 )
             gone.cancel()
+        tally = nats_message.Acks()
         for event, future in sent:
             if not future.done():
                 future.cancel()
@@ -297,12 +304,23 @@ class JetStreamPublisher:
             failure = future.exception()
             if failure is None:
                 result.confirmed.append(event)
+                tally.add(future.result())
             elif isinstance(failure, nats.js.errors.APIError) and not isinstance(
                 failure, nats.js.errors.ServiceUnavailableError
             ):
                 result.rejected.append((event, f"refused by JetStream: {failure.description}"))
             elif result.error is None:
                 result.error = BrokerUnavailable(f"JetStream unavailable: {describe(failure)}")
+        self.acks = tally
+        if tally.duplicates:
+            log.info(
+                "JetStream stream %s dropped %d of %d events as already stored (a republish, "
+                "stored once); stream sequences %s",
+                tally.stream or self.stream,
+                tally.duplicates,
+                tally.count,
+                tally.span(),
+            )
 
 
 def stream_config(url: str, stream: str, *, timeout: float) -> Any:

@@ -50,7 +50,7 @@ class NatsMessage:
         return len(self.body) + lines + _HEADER_FRAME
 
 
-def subject(exchange: str, event_type: str) -> str:
+def subject_of(exchange: str, event_type: str) -> str:
     """The subject of an event type, or EventUnsendable when it is not one a publish may use:
     every dot-separated token non-empty, no white space, no wildcard (``*``, ``>``)."""
     name = f"{exchange}.{event_type}"
@@ -60,8 +60,11 @@ def subject(exchange: str, event_type: str) -> str:
     return name
 
 
-def from_message(msg: message.OutgoingMessage, exchange: str) -> NatsMessage:
-    """``msg`` as a NATS message on ``exchange``'s subjects (see the module's docstring).
+def from_message(
+    msg: message.OutgoingMessage, exchange: str, *, subject: str | None = None
+) -> NatsMessage:
+    """``msg`` as a NATS message on ``exchange``'s subjects (see the module's docstring), or on
+    ``subject`` when given (a replay's, checked by its caller).
 
     A Celery task row (``relay.celery.send_task``) has no place in a stream: it is refused as
     the row's fault, since a task goes to a Celery broker."""
@@ -76,7 +79,8 @@ def from_message(msg: message.OutgoingMessage, exchange: str) -> NatsMessage:
         headers[name] = _text(name, value)
     headers[CONTENT_TYPE] = message.CONTENT_TYPE
     headers[MSG_ID] = msg.message_id
-    return NatsMessage(subject(exchange, msg.routing_key), msg.body, headers)
+    to = subject if subject is not None else subject_of(exchange, msg.routing_key)
+    return NatsMessage(to, msg.body, headers)
 
 
 def _text(name: str, value: Any) -> str:
@@ -85,3 +89,29 @@ def _text(name: str, value: Any) -> str:
     if "\r" in text or "\n" in text:
         raise EventUnsendable(f"header {name!r} has a line break, which NATS headers cannot carry")
     return text
+
+
+@dataclass(slots=True)
+class Acks:
+    """What the ``PubAck``s of one batch said: the stream, its sequence numbers, and how many
+    were duplicates (an id the stream already held: stored once, acknowledged again)."""
+
+    stream: str | None = None
+    first: int | None = None
+    last: int | None = None
+    count: int = 0
+    duplicates: int = 0
+
+    def add(self, ack: Any) -> None:
+        self.count += 1
+        self.stream = self.stream or getattr(ack, "stream", None)
+        seq = getattr(ack, "seq", None)
+        if isinstance(seq, int):
+            self.first = seq if self.first is None else min(self.first, seq)
+            self.last = seq if self.last is None else max(self.last, seq)
+        if getattr(ack, "duplicate", False):
+            self.duplicates += 1
+
+    def span(self) -> str:
+        """``first-last`` (``-`` when no ack carried a sequence)."""
+        return "-" if self.first is None else f"{self.first}-{self.last}"

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +40,7 @@ from relay.exceptions import ReplayRefused, StoreError
 from relay.publishers import Publisher
 from relay.publishers.queue_replay import check_queue, for_queue
 from relay.records import ClaimedEvent, Status
+from relay.replays.report import ReplayReport
 from relay.store.operations.actions import Actor, Changed
 from relay.store.operations.filters import EventFilter
 from relay.store.operations.store import OperationsStore
@@ -57,60 +58,8 @@ WINDOW = 500
 WINDOWS_PER_SECOND = 20
 
 
-@dataclass(slots=True)
-class ReplayReport:
-    """What a replay did; ``last_id`` is where to resume from (``after``)."""
-
-    replay_id: str
-    queue: str
-    #: Sent rows the selector matched (after ``after``).
-    matched: int
-    #: Events confirmed by the broker, in id order with none missing before the last.
-    sent: int = 0
-    #: The last id confirmed (every selected id up to it is confirmed); None: none yet.
-    last_id: int | None = None
-    #: Where this replay started (``after``).
-    after: int | None = None
-    dry_run: bool = False
-    #: Why it stopped before the end (the broker, a refusal, a stop request); None: it did not.
-    error: str | None = None
-    selector: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def complete(self) -> bool:
-        return self.error is None
-
-    @property
-    def resume_after(self) -> int | None:
-        """The ``after`` of the replay that goes on from here."""
-        return self.last_id if self.last_id is not None else self.after
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "replay_id": self.replay_id,
-            "queue": self.queue,
-            "matched": self.matched,
-            "sent": self.sent,
-            "last_id": self.last_id,
-            "dry_run": self.dry_run,
-            "complete": self.complete,
-            "error": self.error,
-            "resume_after": None if self.complete else self.resume_after,
-        }
-
-    def describe(self) -> str:
-        if self.dry_run:
-            return f"dry run: would replay {self.matched} sent events to queue {self.queue!r}"
-        if self.complete:
-            return f"replayed {self.sent} sent events to queue {self.queue!r} ({self.replay_id})"
-        return (
-            f"replay {self.replay_id} to queue {self.queue!r} stopped after {self.sent} of "
-            f"{self.matched} events: {self.error}; last id confirmed: {self.last_id or '-'}"
-        )
-
-
 def replay(
-    to_queue: str,
+    to_queue: str | None = None,
     ids: Sequence[int] = (),
     *,
     event_type: str | None = None,
@@ -125,10 +74,13 @@ def replay(
     settings: Settings | None = None,
     source: str | None = None,
     stop: threading.Event | None = None,
+    to_subject: str | None = None,
 ) -> ReplayReport:
     """Publish sent events again to the existing queue ``to_queue`` alone (the broker's default
-    exchange): the original messages plus the ``x-relay-replay`` header, in id order, confirmed,
-    the rows unchanged. Select with ``ids``, ``event_type`` (a glob: ``order.*``), ``key``,
+    exchange), or on NATS JetStream to ``to_subject`` (a subject an existing stream captures;
+    instead of ``to_queue``): the original messages plus the ``x-relay-replay`` header, in id
+    order, confirmed, the rows unchanged. Select with ``ids``, ``event_type`` (a glob:
+    ``order.*``), ``key``,
     ``error``, ``since``/``until`` (a time, or a duration ago), or ``all_sent=True``; nothing
     without one (:class:`~relay.exceptions.SelectorError`). ``dry_run``: count, publish
     nothing. ``rate``: events a second at most. ``after``: only ids above it (to resume).
@@ -154,6 +106,7 @@ def replay(
         pick(chosen, source)[1],
         f,
         to_queue=to_queue,
+        to_subject=to_subject,
         after=after,
         dry_run=dry_run,
         rate=rate,
@@ -165,7 +118,8 @@ def replay_selected(
     settings: Settings,
     selector: EventFilter,
     *,
-    to_queue: str,
+    to_queue: str | None = None,
+    to_subject: str | None = None,
     after: int | None = None,
     dry_run: bool = False,
     rate: float | None = None,
@@ -176,8 +130,9 @@ def replay_selected(
 ) -> ReplayReport:
     """:func:`replay` with a parsed filter (the CLI's and the console's): publish the sent rows
     ``selector`` selects (ids, filters or ``all=True``; never nothing) again to queue
-    ``to_queue`` alone, ``rate`` events a second at most; with ``dry_run``
-    count them and publish nothing. ``after``: only ids above it (resuming a replay).
+    ``to_queue`` alone (or to NATS subject ``to_subject``), ``rate`` events a second at most;
+    with ``dry_run`` count them and publish nothing. ``after``: only ids above it (resuming a
+    replay).
     ``actor``: who, for the audit (default: this OS user, via ``python``). ``on_window`` is
     called after each confirmed window. Raises :class:`~relay.exceptions.ReplayRefused` before
     sending anything (unknown queue, deleted-at-send rows, a bad rate) and
@@ -189,32 +144,27 @@ def replay_selected(
         )
     if rate is not None and not rate > 0:
         raise ReplayRefused(f"--rate: {rate!r} is not a positive number of events per second")
+    if (to_queue is None) == (to_subject is None):
+        raise ReplayRefused("a replay goes to one queue (--to-queue) or one subject (--to-subject)")
     f = replace(selector, statuses=(Status.SENT,)).for_action("replay")
     own = store is None
     ops = store or OperationsStore.from_url(settings.database_url)
     try:
         report = ReplayReport(
             replay_id=uuid.uuid4().hex,
-            queue=to_queue,
+            queue=to_queue or "",
             matched=0,
             after=after,
             dry_run=dry_run,
             selector=f.as_dict(),
+            subject=to_subject,
         )
         report.matched, extent = ops.sent_extent(f, after=after)
-        url = settings.events_connection_url
-        check_queue(url, settings.exchange, to_queue, timeout=settings.confirm_timeout_seconds)
+        report.stream = _check(settings, to_queue, to_subject)
         if dry_run or extent is None:
             return report
         source = settings.source or default_source(ops.engine.url)
-        publisher = for_queue(
-            url,
-            settings.exchange,
-            to_queue,
-            report.replay_id,
-            confirm_timeout=settings.confirm_timeout_seconds,
-            signing_keys=settings.signing_keys,
-        )
+        publisher = _publisher(settings, to_queue, to_subject, report.replay_id)
         try:
             _run(ops, f, extent, publisher, report, source, rate, stop, on_window)
         finally:
@@ -224,6 +174,41 @@ def replay_selected(
     finally:
         if own:
             ops.engine.dispose()
+
+
+def _check(settings: Settings, to_queue: str | None, to_subject: str | None) -> str | None:
+    """Refuse a destination that does not exist before anything is sent; the stream that
+    captures ``to_subject`` (None for a queue)."""
+    url, timeout = settings.events_connection_url, settings.confirm_timeout_seconds
+    if to_queue is not None:
+        check_queue(url, settings.exchange, to_queue, timeout=timeout)
+        return None
+    assert to_subject is not None
+    if not settings.events_on_nats:
+        raise ReplayRefused(
+            "--to-subject: a replay to a subject needs RELAY_EVENTS_URL on NATS JetStream "
+            "(nats:// or tls://); use --to-queue on this broker; nothing was sent"
+        )
+    from relay.publishers.stream_replay import check_subject
+
+    return check_subject(url, to_subject, timeout=timeout)
+
+
+def _publisher(
+    settings: Settings, to_queue: str | None, to_subject: str | None, replay_id: str
+) -> Publisher:
+    keys, timeout = settings.signing_keys, settings.confirm_timeout_seconds
+    url, exchange = settings.events_connection_url, settings.exchange
+    if to_subject is None:
+        assert to_queue is not None
+        return for_queue(
+            url, exchange, to_queue, replay_id, confirm_timeout=timeout, signing_keys=keys
+        )
+    from relay.publishers.stream_replay import for_subject
+
+    return for_subject(
+        url, exchange, to_subject, replay_id, confirm_timeout=timeout, signing_keys=keys
+    )
 
 
 def _run(
@@ -281,6 +266,11 @@ def _publish_confirmed(
     publisher: Publisher, chunk: list[ClaimedEvent], report: ReplayReport
 ) -> int:
     result = publisher.publish(chunk)
+    acks = getattr(publisher, "acks", None)  # a JetStream publisher's: where they were stored
+    if acks is not None and acks.first is not None:
+        report.stream = acks.stream or report.stream
+        report.first_sequence = report.first_sequence or acks.first
+        report.last_sequence = max(report.last_sequence or 0, acks.last)
     confirmed = {e.id for e in result.confirmed}
     n = 0
     for event in chunk:
@@ -316,7 +306,11 @@ def _record(
 ) -> None:
     """The audit line and the audit row of a replay that was run."""
     who = actor or Actor(getpass.getuser(), "operator", "python")
-    extra: dict[str, Any] = {"to_queue": report.queue, "replay_id": report.replay_id}
+    extra: dict[str, Any] = {"replay_id": report.replay_id}
+    if report.subject is None:
+        extra["to_queue"] = report.queue
+    else:
+        extra |= {"to_subject": report.subject, "stream": report.stream}
     extra["source"] = source
     if report.after is not None:
         extra["after"] = report.after
@@ -325,11 +319,11 @@ def _record(
     if report.error is not None:
         extra["stopped"] = report.error
     audit_log.info(
-        "replay %s by %s via %s to queue %r: %d of %d sent events, selector %s",
+        "replay %s by %s via %s to %s: %d of %d sent events, selector %s",
         report.replay_id,
         who.name,
         who.via,
-        report.queue,
+        report.destination,
         report.sent,
         report.matched,
         {**f.as_dict(), **extra},

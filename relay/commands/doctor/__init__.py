@@ -205,9 +205,7 @@ def _unroutable(store: HealthStore) -> Check:
 
 
 def _broker(settings: Settings) -> Iterator[Check]:
-    from relay.publishers import NATS_SCHEMES
-
-    if settings.events_connection_url.partition("://")[0].lower() in NATS_SCHEMES:
+    if settings.events_on_nats:
         from relay.commands.doctor import stream
 
         yield from stream.checks(settings)

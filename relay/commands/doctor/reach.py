@@ -29,9 +29,7 @@ def broker(settings: Settings) -> Iterator[Any]:
     """A Kombu connection to the events broker, connected (publishing nothing, declaring
     nothing); BrokerUnavailable when it refuses. On NATS (no Kombu connection: None), the
     server's JetStream answered a question about the stream."""
-    from relay.publishers import NATS_SCHEMES
-
-    if settings.events_connection_url.partition("://")[0].lower() in NATS_SCHEMES:
+    if settings.events_on_nats:
         from relay.publishers import jetstream
 
         url, stream = settings.events_connection_url, settings.nats_stream
