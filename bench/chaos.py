@@ -7,7 +7,9 @@ and synchronous standby behind the relays' proxy, which acts as the writer endpo
 menu fails it over (stale or silent endpoint) and back; with ``--alarm`` the broker is a
 throw-away RabbitMQ node, and the menu raises its memory alarm (:mod:`bench.chaos_servers`).
 Both are on when this machine has the servers' binaries. With ``--bad-rows`` (the default)
-rows no message can carry are written by plain SQL among the good ones (issue 37's).
+rows no message can carry are written by plain SQL among the good ones (issue 37's). With
+``--jetstream`` the relays publish to a NATS JetStream stream of the soak's own instead
+(:mod:`bench.chaos_stream`; no alarm), and a message the stream stored twice fails the soak.
 
 Then it checks, and prints as JSON: every good event whose commit was acknowledged delivered
 (ids consumed from a bound queue) and no row left pending or processing, duplicates counted,
@@ -44,7 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
-from bench import services
+from bench import chaos_stream, services
 from bench.chaos_menu import (
     ALARM,
     BAD_ROWS,
@@ -220,6 +222,7 @@ def run(
     restart_hung: bool = True,
     failover: bool = False,
     alarm: bool = False,
+    jetstream: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     faults = menu(failover=failover, alarm=alarm)
@@ -232,7 +235,12 @@ def run(
             url = servers.enter_context(services.database("chaos"))
         rabbit = servers.enter_context(started_node()) if alarm else None
         amqp_url = rabbit.url if rabbit is not None else services.AMQP_URL
-        route = servers.enter_context(services.route(amqp_url, "chaos"))
+        if jetstream:
+            stream = servers.enter_context(chaos_stream.stream())
+            amqp_url, exchange = stream.url, stream.exchange
+        else:
+            route = servers.enter_context(services.route(amqp_url, "chaos"))
+            exchange = route.exchange_name
         db_at = sa.make_url(url)
         amqp = urlsplit(amqp_url)
         db = TcpProxy((db_at.host or "127.0.0.1", db_at.port or 5432))
@@ -253,9 +261,11 @@ def run(
         env |= SETTINGS | {
             "RELAY_DATABASE_URL": db.url_for(url),
             "RELAY_BROKER_URL": broker.url_for(amqp_url),
-            "RELAY_EXCHANGE": route.exchange_name,
+            "RELAY_EXCHANGE": exchange,
             "PYTHONUNBUFFERED": "1",
         }
+        if jetstream:
+            env |= {"RELAY_EVENTS_URL": broker.url_for(amqp_url), "RELAY_NATS_STREAM": stream.name}
         fleet = [Relay(f"relay-{i}", env, Path(tmp)) for i in range(relays)]
         injector = Injector(
             fleet,
@@ -314,7 +324,8 @@ def run(
                     r.proc.send_signal(signal.SIGKILL)
             for proxy in proxies:
                 _close_soon(proxy)
-        received = _consume(amqp_url, route.queue_name)
+        stored = chaos_stream.read(stream) if jetstream else None
+        received = stored.by_outbox_id if stored else _consume(amqp_url, route.queue_name)
         rows = _rows(engine_now(), list(bad))
         statuses = _statuses(engine_now())
         engine_now().dispose()
@@ -362,6 +373,7 @@ def run(
         "revision": services.git_revision(),
         "failover": failover,
         "alarm": alarm,
+        "broker": "jetstream" if jetstream else "rabbitmq",
         "faults": injector.counts(),
         "fault_log": [e | {"at": round(float(str(e["at"])) - began_at, 1)} for e in injector.log],
         "good_events": len(good_set),
@@ -394,9 +406,16 @@ def run(
         "wall_seconds": round(time.monotonic() - began, 1),
         "forced_stops_logged": sum(log.count("still stopping") for log in logs.values()),
     }
+    if stored is not None:
+        # On JetStream "duplicates" are messages the stream *stored* twice (the goal: 0);
+        # the republishes the faults caused show in those it dropped as already stored.
+        result["stream_messages"] = sum(stored.by_outbox_id.values())
+        result["stream_same_message_id"] = stored.same_message_id
+        result["republishes_dropped_by_stream"] = chaos_stream.dropped_republishes(logs)
     slow_resumes = result["resumed_slower_than_bound"]
+    in_stream_twice = jetstream and (result["duplicates"] or result["stream_same_message_id"])
     result["ok"] = not (
-        missing or own_exits or slow_stops or stray or unfinished or slow_resumes
+        missing or own_exits or slow_stops or stray or unfinished or slow_resumes or in_stream_twice
     ) and (not bad_rows or not bad_not_failed)
     return result
 
@@ -430,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         "(default: when this machine has PostgreSQL's server binaries)",
     )
     p.add_argument(
+        "--jetstream",
+        action="store_true",
+        help="the relays publish to a NATS JetStream stream of the soak's own "
+        "(RELAY_TEST_NATS_URL) instead of RabbitMQ; a message stored twice fails the soak",
+    )
+    p.add_argument(
         "--alarm",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -438,7 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ns = p.parse_args(argv)
     failover = failover_possible() if ns.failover is None else ns.failover
-    alarm = alarm_possible() if ns.alarm is None else ns.alarm
+    alarm = (alarm_possible() and not ns.jetstream) if ns.alarm is None else ns.alarm
+    if alarm and ns.jetstream:
+        p.error("--alarm raises a RabbitMQ node's alarm: not with --jetstream")
     if failover and not failover_possible():
         p.error("--failover needs PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup)")
     if alarm and not alarm_possible():
@@ -455,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         restart_hung=ns.restart_hung,
         failover=failover,
         alarm=alarm,
+        jetstream=ns.jetstream,
     )
     text = json.dumps(result, indent=2, default=str)
     if ns.out:
