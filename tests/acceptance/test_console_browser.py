@@ -210,6 +210,48 @@ def test_operator_signs_in_filters_and_redrives_dead_letters(
     assert web_counts(engine)["failed"] == 4
 
 
+@pytest.mark.timeout(180)
+def test_operator_pauses_an_event_type_sees_it_held_and_resumes_it(
+    engine: sa.Engine, pg_url: str, browser: Any
+) -> None:
+    """On the Pauses page: pause ``invoice.*`` with a reason, see it listed with who paused it
+    and the 40 pending invoices held back, resume it from its row, see none in force; both
+    recorded in the audit."""
+    from selenium.webdriver.common.by import By
+
+    _seed(engine)
+    with relay_console(pg_url, RELAY_CONSOLE_TOKEN=OPERATOR_TOKEN) as (base, _, _proc):
+        browser.get(f"{base}/pauses")
+        browser.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
+        browser.find_element(By.ID, "name").send_keys("ada")
+        _follow(browser, By.ID, "signin")
+        assert "No pause in force" in _text(browser, "pauses")
+        browser.find_element(By.ID, "pause-value").send_keys("invoice.*")
+        browser.find_element(By.ID, "pause-reason").send_keys("billing provider down")
+        _follow(browser, By.ID, "pause-button")
+        if "/pauses" not in browser.current_url:  # a confirmation page: back to the list
+            browser.get(f"{base}/pauses")
+        listed = _text(browser, "pauses")
+        assert "invoice.*" in listed
+        assert "ada" in listed
+        assert "billing provider down" in listed
+        assert "Rows held back now: 40" in browser.page_source  # the 3 leased are not pending
+        _screenshot(browser, "console-pauses.png")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM relay_pauses")).scalar_one() == 1
+
+        _follow(browser, By.CSS_SELECTOR, "#pauses button.resume")
+        if "/pauses" not in browser.current_url:
+            browser.get(f"{base}/pauses")
+        assert "No pause in force" in _text(browser, "pauses")
+        _follow(browser, By.LINK_TEXT, "Audit")
+        audit = _text(browser, "audit")
+        assert "pause" in audit
+        assert "resume" in audit
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM relay_pauses")).scalar_one() == 0
+
+
 def web_counts(engine: sa.Engine) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT status, count(*) FROM outbox GROUP BY status"))
