@@ -119,8 +119,15 @@ class BrokerTls:
         return {prefix + key: path for key, path in files.items() if path is not None}
 
 
+#: Schemes whose URLs list their servers with commas (NATS: ``tls://a:4222,tls://b:4222``).
+COMMA_LISTS = frozenset({"nats", "tls"})
+
+
 def nodes(url: str) -> list[str]:
-    """The nodes of a Kombu failover URL (``amqps://a;amqps://b``)."""
+    """The nodes of a Kombu failover URL (``amqps://a;amqps://b``) or a NATS server list
+    (``tls://a:4222,tls://b:4222``)."""
+    if url.partition("://")[0].strip().lower() in COMMA_LISTS:
+        url = url.replace(",", ";")
     return [u.strip() for u in url.split(";") if u.strip()] or [url]
 
 

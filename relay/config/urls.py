@@ -20,10 +20,15 @@ _QUERY_SECRET = re.compile(
 )
 
 
+#: A NATS URL's user info without a password is a token (``nats://token@host``): secret too.
+_NATS_TOKEN = re.compile(r"(?i)(?P<scheme>\b(?:nats|tls)://)[^:@/\s,;]+@")
+
+
 def redact(text: str) -> str:
-    """Replace every password in URLs found in ``text`` (user info, and any query or libpq
-    keyword naming a password, passphrase, secret, token or key) by ``***``."""
+    """Replace every password in URLs found in ``text`` (user info, a NATS URL's token, and any
+    query or libpq keyword naming a password, passphrase, secret, token or key) by ``***``."""
     text = _USERINFO.sub(lambda m: f"{m['scheme'] or ''}{m['user']}:***@", text)
+    text = _NATS_TOKEN.sub(lambda m: f"{m['scheme']}***@", text)
     return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", text)
 
 

@@ -6,7 +6,8 @@ the events broker.
 - :mod:`relay.publishers.virtual`: Kombu's virtual transports (Redis, the embedded filesystem
   one, memory), which have no confirms.
 - :mod:`relay.publishers.jetstream`: NATS JetStream (``nats://``, ``tls://``; the ``[nats]``
-  extra), where the event id deduplicates a republish.
+  extra), where the event id deduplicates a republish; :mod:`relay.publishers.nats_connect`
+  reads its URL (servers, TLS, credentials) and connects.
 
 The Kombu two share the connection handling of :mod:`relay.publishers.kombu_connection` and
 translate Kombu's and the client libraries' errors into
@@ -119,15 +120,15 @@ def _jetstream(
     url: str, exchange: str, confirm_timeout: float, stream: str, window: float
 ) -> JetStreamPublisher:
     try:
-        from relay.publishers import jetstream
+        from relay.publishers import jetstream, nats_connect
     except ImportError as exc:
         raise ConfigError(
             f"{EVENTS_VARIABLE}={redact(url)!r} needs nats-py: pip install "
             "'celery-outbox-relay[nats]'"
         ) from exc
     try:
-        jetstream.connect_options(url)
-    except ValueError as exc:  # an unknown option, an unreadable TLS one
+        nats_connect.parse(url)
+    except ValueError as exc:  # an unknown option, an unreadable TLS one, a credential file
         raise ConfigError(f"{EVENTS_VARIABLE}: {exc}") from exc
     return jetstream.JetStreamPublisher(
         url, exchange, stream=stream, duplicate_window=window, confirm_timeout=confirm_timeout

@@ -30,19 +30,15 @@ import logging
 import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from relay.config import tls
-from relay.config.urls import redact
 from relay.exceptions import BrokerUnavailable, ConfigError, EventUnsendable
 from relay.ordering import RunGuard
-from relay.publishers import message, nats_message
+from relay.publishers import message, nats_connect, nats_message
 from relay.publishers.kombu_connection import describe, publishable
 from relay.publishers.signatures import Keyring
 from relay.records import ClaimedEvent, PublishResult
@@ -118,23 +114,16 @@ class JetStreamPublisher:
         async def closed() -> None:
             lost.set()
 
-        async def error(exc: Exception) -> None:
-            log.debug("NATS connection: %s", describe(exc))
-
-        servers, options = connect_options(self.url)
         try:
-            nc = await nats.connect(
-                servers,
+            nc = await nats_connect.connect(
+                self.url,
+                timeout=self.confirm_timeout,
                 name="celery-outbox-relay",
-                allow_reconnect=False,
-                connect_timeout=max(1, round(self.confirm_timeout)),
                 closed_cb=closed,
                 disconnected_cb=closed,
-                error_cb=error,
-                **options,
             )
-        except (nats.errors.Error, OSError, TimeoutError) as exc:
-            raise BrokerUnavailable(f"NATS unreachable: {describe(exc)}") from exc
+        except ValueError as exc:  # a credential file gone since start-up
+            raise BrokerUnavailable(f"RELAY_EVENTS_URL: {exc}") from exc
         try:
             # Room for a whole batch in flight (the claim grows to RELAY_BATCH_MAX, 10,000 at
             # most): a publish never waits on the client's own cap of pending acks.
@@ -328,14 +317,12 @@ def stream_config(url: str, stream: str, *, timeout: float) -> Any:
     stream (``relay doctor``); BrokerUnavailable when the server or JetStream does not answer."""
 
     try:
-        servers, options = connect_options(url)
-    except ValueError as exc:  # an unknown option, an unreadable TLS one
+        nats_connect.parse(url)
+    except ValueError as exc:  # an unknown option, an unreadable TLS one or credential file
         raise ConfigError(f"RELAY_EVENTS_URL: {exc}") from exc
 
     async def read() -> Any:
-        nc = await nats.connect(
-            servers, allow_reconnect=False, connect_timeout=max(1, round(timeout)), **options
-        )
+        nc = await nats_connect.connect(url, timeout=timeout)
         try:
             return (await nc.jetstream(timeout=timeout).stream_info(stream)).config
         except nats.js.errors.NotFoundError:
@@ -347,34 +334,6 @@ def stream_config(url: str, stream: str, *, timeout: float) -> Any:
         return asyncio.run(asyncio.wait_for(read(), timeout * 2))
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         raise BrokerUnavailable(f"NATS JetStream unreachable: {describe(exc)}") from exc
-
-
-def connect_options(url: str) -> tuple[list[str], dict[str, Any]]:
-    """The servers of a NATS URL (``nats://a:4222,nats://b:4222``; ``tls://`` for TLS,
-    verified by :mod:`relay.config.tls`) and nats-py's keywords for its options: ``creds=PATH``
-    (a credentials file) or ``nkey=PATH`` (an NKEY seed file). User and password or a token
-    ride in the URL itself, as nats-py reads them."""
-    servers: list[str] = []
-    options: dict[str, Any] = {}
-    for node in (n.strip() for n in url.replace(";", ",").split(",") if n.strip()):
-        bare, node_tls = tls.parse(node)
-        parts = urlsplit(bare)
-        for key, value in parse_qsl(parts.query):
-            if key == "creds":
-                options["user_credentials"] = value
-            elif key == "nkey":
-                options["nkeys_seed"] = value
-            else:
-                raise ValueError(
-                    f"{redact(node)}: unknown NATS URL option {key!r} (known: creds, nkey, "
-                    f"and the TLS options of docs/security.md)"
-                )
-        context = node_tls.ssl_context()
-        if context is not None:
-            options["tls"] = context
-            options["tls_hostname"] = node_tls.host
-        servers.append(urlunsplit(parts._replace(query="")))
-    return servers, options
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

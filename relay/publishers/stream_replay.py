@@ -19,14 +19,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import nats
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 
 from relay.exceptions import BrokerUnavailable, ReplayRefused
-from relay.publishers import message, nats_message
-from relay.publishers.jetstream import JetStreamPublisher, connect_options
+from relay.publishers import message, nats_connect, nats_message
+from relay.publishers.jetstream import JetStreamPublisher
 from relay.publishers.kombu_connection import describe
 from relay.publishers.message import REPLAY_HEADER
 from relay.publishers.signatures import Keyring
@@ -50,12 +49,10 @@ def check_subject(url: str, subject: str, *, timeout: float = 10.0) -> str:
     :class:`~relay.exceptions.ReplayRefused` when none does (a publish would find no
     responder), :class:`~relay.exceptions.BrokerUnavailable` when the server does not answer."""
     valid_subject(subject)
-    servers, options = connect_options(url)
+    nats_connect.parse(url)  # ValueError before anything is sent
 
     async def find() -> str | None:
-        nc = await nats.connect(
-            servers, allow_reconnect=False, connect_timeout=max(1, round(timeout)), **options
-        )
+        nc = await nats_connect.connect(url, timeout=timeout)
         try:
             return str(await nc.jetstream(timeout=timeout).find_stream_name_by_subject(subject))
         except nats.js.errors.NotFoundError:

@@ -1,5 +1,6 @@
 """A JetStream stream of the test's own on the NATS server of ``services.NATS_URL``, and
-what the relay stored in it, read back with nats-py (a throwaway consumer, no broker double).
+what the relay stored in it, read back with nats-py (a throwaway consumer, no broker double),
+connected as the relay connects (the URL's TLS options and credentials: nats_connect).
 
 Each test gets a unique stream name and subject prefix (its ``RELAY_EXCHANGE``), so tests never
 see each other's messages; the stream is deleted at teardown, also when the test failed.
@@ -58,9 +59,9 @@ class Stream:
 
 
 async def _call(url: str, do: Any) -> Any:
-    import nats
+    from relay.publishers import nats_connect
 
-    nc = await nats.connect(url, allow_reconnect=False, connect_timeout=3)
+    nc = await nats_connect.connect(url, timeout=3)
     try:
         return await do(nc.jetstream(timeout=5))
     finally:
@@ -68,11 +69,12 @@ async def _call(url: str, do: Any) -> Any:
 
 
 async def _read(url: str, name: str) -> list[Stored]:
-    import nats
     import nats.errors
     import nats.js.errors
 
-    nc = await nats.connect(url, allow_reconnect=False, connect_timeout=3)
+    from relay.publishers import nats_connect
+
+    nc = await nats_connect.connect(url, timeout=3)
     try:
         js = nc.jetstream(timeout=5)
         try:

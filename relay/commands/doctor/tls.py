@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 DATABASE_FIX_PG = "add ?sslmode=verify-full&sslrootcert=/path/to/ca.pem to RELAY_DATABASE_URL"
 DATABASE_FIX_MYSQL = "add ?ssl_ca=/path/to/ca.pem to RELAY_DATABASE_URL"
 BROKER_FIX = (
-    "use amqps:// (or rediss://) with the server's CA in ssl_ca_certs= or SSL_CERT_FILE, and "
-    "drop ssl_cert_reqs=none / ssl_check_hostname=false (docs/security.md)"
+    "use amqps:// (rediss://, NATS: tls://) with the server's CA in ssl_ca_certs= or "
+    "SSL_CERT_FILE, and drop ssl_cert_reqs=none / ssl_check_hostname=false (docs/security.md)"
 )
 
 
