@@ -44,7 +44,7 @@ NKEYS_INSTALL = "pip install 'celery-outbox-relay[nats]' (or nkeys)"
 #: The query options that name a credential file, and nats-py's keyword for each.
 CREDENTIALS = {"creds": "user_credentials", "nkey": "nkeys_seed"}
 _CREDS_MARKERS = ("BEGIN NATS USER JWT", "BEGIN USER NKEY SEED")
-#: Servers whose unverified TLS was already logged by this process.
+#: Servers (and verdicts) whose unverified TLS was already logged by this process.
 _WARNED: set[str] = set()
 
 
@@ -135,10 +135,12 @@ def options(server: Server, credentials: dict[str, str]) -> dict[str, Any]:
 
 
 def warn_unverified(target: Target) -> None:
-    """Log a WARNING, once per server and process, for TLS an option leaves unverified."""
+    """Log a WARNING, once per server, verdict and process, for TLS an option leaves
+    unverified."""
     for server in target.servers:
-        if server.tls.encrypted and not server.tls.verified and server.url not in _WARNED:
-            _WARNED.add(server.url)
+        verdict = f"{server.url} {server.tls.describe()}"
+        if server.tls.encrypted and not server.tls.verified and verdict not in _WARNED:
+            _WARNED.add(verdict)
             log.warning(
                 "TLS to %s is %s: a machine on the path can impersonate the broker and read "
                 "or alter every message",

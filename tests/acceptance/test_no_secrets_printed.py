@@ -2,7 +2,8 @@
 with marker secrets in every URL-borne place (the database password and ``sslpassword``, the
 brokers' passwords) and in the console tokens and signing keys, and marker payloads and headers
 in the outbox, once against servers that accept the connection and once against a broker that
-refuses it (the error paths print the URL too); no marker appears in any output."""
+refuses it (the error paths print the URL too); no marker appears in any output. The same for
+a NATS events URL's password and token against a throw-away nats-server."""
 
 from __future__ import annotations
 
@@ -176,3 +177,57 @@ def test_no_command_prints_a_secret_or_a_payload(
     if broker == "accepted":
         # The replay published the sent row's marker payload, and printed none of it.
         assert _depth(amqp_url) >= 1
+
+
+NATS_COMMANDS: list[list[str]] = [
+    ["status"],
+    ["doctor"],
+    ["doctor", "--json"],
+    ["probe", "ready"],
+    ["dispatch", "--once"],
+    ["pending", "list"],
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("credential", ["password", "token"])
+def test_no_command_prints_a_nats_password_or_token(pg_url: str, credential: str) -> None:
+    """A NATS events URL carrying a marker password (``nats://user:password@``) or a marker
+    token (``nats://token@``), accepted and then refused by a throw-away nats-server: no
+    output of the commands that reach NATS holds the marker."""
+    pytest.importorskip("nats", reason="nats-py is not installed (the [nats] extra)")
+    from tests.support.natsserver import throwaway_server
+
+    secret = f"nats{MARKER}3"
+    auth = (
+        f'{{ user: relay, password: "{secret}" }}'
+        if credential == "password"
+        else f'{{ token: "{secret}" }}'
+    )
+    engine = create_engine(pg_url)
+    try:
+        with Session(engine) as session, session.begin():
+            relay.enqueue(session, "order.created", {"card": MARKER})
+    finally:
+        engine.dispose()
+    with throwaway_server(f"authorization {auth}\n") as server:
+        user = "relay:" if credential == "password" else ""
+        leaks = {}
+        for given in (secret, secret + "x"):  # accepted, then refused
+            url = f"nats://{user}{given}@127.0.0.1:{server.port}"
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")} | {
+                "RELAY_DATABASE_URL": pg_url,
+                "RELAY_EVENTS_URL": url,
+                "RELAY_EXCHANGE": f"secrets{os.getpid()}",
+                "RELAY_NATS_STREAM": f"SECRETS{os.getpid()}",
+                "RELAY_CONFIRM_TIMEOUT_SECONDS": "3",
+            }
+            for args in NATS_COMMANDS:
+                out = _run(env, args)
+                assert out.strip(), args
+                if MARKER in out:
+                    line = next(li for li in out.splitlines() if MARKER in li)
+                    leaks[f"{' '.join(args)} ({'refused' if given != secret else 'accepted'})"] = (
+                        line[:300]
+                    )
+    assert leaks == {}

@@ -180,13 +180,18 @@ def test_a_name_the_certificate_lacks_is_an_outage_that_says_why(
     assert "mismatch" in error, error
 
 
-def test_the_name_opt_out_delivers_and_warns(
+def test_the_opt_outs_deliver_and_warn(
     pg_url: str, pg_engine: sa.Engine, servers: Servers, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = _tls(servers, "127.0.0.1", ssl_check_hostname="false")
     with caplog.at_level(logging.WARNING, logger="relay.publishers.nats_connect"):
         _delivers(pg_url, pg_engine, url)
     assert "host name NOT checked" in caplog.text
+    caplog.clear()
+    url = _tls(servers, "127.0.0.1", ssl_ca_certs="", ssl_cert_reqs="none")
+    with caplog.at_level(logging.WARNING, logger="relay.publishers.nats_connect"):
+        _connect(url)  # no CA at all: encrypted, nothing verified, loudly logged
+    assert "NOT verified" in caplog.text
     assert PASSWORD not in caplog.text
 
 
