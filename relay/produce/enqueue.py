@@ -30,7 +30,7 @@ from relay.config import env, expiry
 from relay.config.expiry import ExpireAfter
 from relay.exceptions import EventError
 from relay.produce import core, sync_adapter
-from relay.produce.core import DEFAULT_MAX_PAYLOAD_BYTES, MAX_NAME_BYTES
+from relay.produce.core import DEFAULT_MAX_PAYLOAD_BYTES, MAX_NAME_BYTES, Row
 from relay.produce.sync_adapter import in_transaction
 from relay.produce.wake import WakeUp
 from relay.publishers.message import TASK_HEADER
@@ -122,7 +122,7 @@ class Producer:
         delay: timedelta | float | None = None,
         expires_at: datetime | None = None,
         expires_in: timedelta | float | None = None,
-    ) -> core.Row:
+    ) -> Row:
         """The row of one event, every field checked."""
         deadline = core.check_expiry(expires_at, expires_in)
         headers = core.check_headers(headers)
@@ -138,7 +138,7 @@ class Producer:
         ordering_key: str | None = None,
         delay: timedelta | float | None = None,
         expires_at: datetime | None = None,
-    ) -> core.Row:
+    ) -> Row:
         """The row of a Celery task message (``task``: route, protocol headers, properties);
         ``expires_at``: the task's ``expires``, its row's deadline."""
         merged = dict(core.check_headers(headers) or {})
