@@ -92,22 +92,19 @@ __all__ = [
 ]
 __version__ = "1.1.0"
 
-#: The names loaded on first use: ``(module, attribute)``.
-_LAZY = {
-    "Producer": ("relay.produce.enqueue", "Producer"),
-    "configure": ("relay.produce.enqueue", "configure"),
-    "enqueue": ("relay.produce.enqueue", "enqueue"),
-    "lock_keys": ("relay.produce.enqueue", "lock_keys"),
-    "create_engine": ("relay.store.engine", "create_engine"),
-    "migrate": ("relay.store.schema.upgrade", "upgrade"),
-    "transport_options": ("relay.publishers.transports", "transport_options"),
-    "replay": ("relay.replays.replayer", "replay"),
-    "ReplayReport": ("relay.replays.replayer", "ReplayReport"),
-    "Pause": ("relay.store.operations.pausing", "Pause"),
-    "pause": ("relay.store.operations.pausing", "pause"),
-    "paused": ("relay.store.operations.pausing", "paused"),
-    "resume": ("relay.store.operations.pausing", "resume"),
+#: The names loaded on first use, by the module that defines them (under the same name, but
+#: ``migrate``: :func:`relay.store.schema.upgrade.upgrade`).
+_LAZY_FROM = {
+    "relay.produce.enqueue": ("Producer", "configure", "enqueue", "lock_keys"),
+    "relay.store.engine": ("create_engine",),
+    "relay.store.schema.upgrade": ("migrate",),
+    "relay.publishers.transports": ("transport_options",),
+    "relay.replays.replayer": ("replay", "ReplayReport"),
+    "relay.store.operations.pausing": ("Pause", "pause", "paused", "resume"),
 }
+#: ``name -> (module, attribute)``.
+_LAZY = {name: (module, name) for module, names in _LAZY_FROM.items() for name in names}
+_LAZY["migrate"] = ("relay.store.schema.upgrade", "upgrade")
 
 
 def __getattr__(name: str) -> Any:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay.celery.names import TICK
-from relay.config import Settings, database_list
+from relay.config import database_list
 from relay.config.databases import Fleet, Member
 from relay.dispatch.runtime import Runtime
 from relay.exceptions import ConfigError, RelayError
@@ -251,12 +251,13 @@ class Runtimes:
             rt.close(*args, **kwargs)
 
 
-def drain_budget(settings: Settings, runtimes: Runtimes) -> float | None:
+def drain_budget(runtimes: Runtimes) -> float | None:
     """A drain's budget: one tick when several databases share the workers (None: the
     lease-derived default of one database)."""
     if not runtimes.several:
         return None
-    return min(settings.drain_budget_seconds, max(settings.tick_seconds, 0.5))
+    s = runtimes.settings
+    return min(s.drain_budget_seconds, max(s.tick_seconds, 0.5))
 
 
 def backlogs(
@@ -301,11 +302,10 @@ def _beat_and_count(runtime: Runtime, limit: int, heartbeat: bool) -> int:
         return runtime.store().backlog(limit)
 
 
-def fleet_tick(
-    settings: Settings, runtimes: Runtimes, send: Callable[[str], None]
-) -> dict[str, int]:
-    """One tick of a fleet over several databases: count, share, send; the tasks per name."""
-    s = settings
+def fleet_tick(runtimes: Runtimes, send: Callable[[str], None]) -> dict[str, int]:
+    """One tick of a fleet over several databases (with the settings they were read from):
+    count, share, send; the tasks per name."""
+    s = runtimes.settings
     now = time.monotonic()
     written = runtimes.written()
     names = runtimes.plan.choose(list(runtimes.by_name), written, now)

@@ -94,10 +94,9 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     """
     # filesystem:// (the embedded default) means the relay's atomic variant in this app too.
     transports.register()
-    fleet = Fleet.from_settings(settings)
-    runtimes = Runtimes(fleet)
+    runtimes = Runtimes(Fleet.from_settings(settings))
     runtime = runtimes.get(None)
-    budget = drain_budget(settings, runtimes)
+    budget = drain_budget(runtimes)
     s = settings
     common: dict[str, Any] = {
         # Not shared: Celery would otherwise copy these closures, bound to this app's settings,
@@ -132,7 +131,6 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         if runtimes.several:
             runtimes.refresh()
             shares = fleet_tick(
-                s,
                 runtimes,
                 lambda name: claim_and_dispatch.apply_async(
                     (name,), expires=s.tick_seconds, queue=s.queue
@@ -192,7 +190,7 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
     signals.worker_shutdown.connect(runtimes.close, weak=False)
     if wakeup:
         enable_wakeup(app, settings)
-    signals.beat_init.connect(watch_in_beat(app, fleet), weak=False)
+    signals.beat_init.connect(watch_in_beat(app, runtimes.fleet), weak=False)
     signals.worker_ready.connect(PromptAcks.on_worker_ready(app), weak=False)
     if settings.metrics_port is not None:
         signals.worker_init.connect(_serve_metrics(app, runtime.settings), weak=False)

@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 
 from relay.exceptions import EventError
 from relay.produce import enqueue as producer
+from relay.produce import sync_adapter
+from relay.produce.core import Row
 
 
 def send_task(
@@ -43,28 +45,25 @@ def send_task(
     attempt. ``expires`` becomes the row's ``expires_at``: a task claimed past it is
     dead-lettered (``failed``, "expired at …") unpublished, as any event past its deadline.
     """
-    message = task_message(
-        name,
-        args,
-        kwargs,
-        countdown=countdown,
-        eta=eta,
-        expires=expires,
-        queue=queue,
-        routing_key=routing_key,
-        app=app,
+    options = TaskOptions(
+        countdown=countdown, eta=eta, expires=expires, queue=queue, routing_key=routing_key
     )
-    producer.default().enqueue_task(
-        session_or_connection,
-        name,
-        message.body,
-        message.task,
-        headers=headers,
-        ordering_key=ordering_key,
-        delay=message.delay,
-        expires_at=message.expires_at,
+    task_id, row = task_row(
+        name, args, kwargs, options, headers=headers, ordering_key=ordering_key, app=app
     )
-    return message.task_id
+    sync_adapter.write(session_or_connection, row.statement, row.values, producer.default().wake)
+    return task_id
+
+
+class TaskOptions(NamedTuple):
+    """How ``send_task`` times and routes a task: the options of ``app.send_task`` that the
+    outbox keeps (every transactional form takes them, with the same names and defaults)."""
+
+    countdown: float | None = None
+    eta: datetime | None = None
+    expires: float | datetime | None = None
+    queue: str | None = None
+    routing_key: str | None = None
 
 
 class TaskMessage(NamedTuple):
@@ -83,14 +82,9 @@ class TaskMessage(NamedTuple):
 
 def task_message(
     name: str,
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    countdown: float | None = None,
-    eta: datetime | None = None,
-    expires: float | datetime | None = None,
-    queue: str | None = None,
-    routing_key: str | None = None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    options: TaskOptions,
     app: Celery | None = None,
 ) -> TaskMessage:
     """Build task ``name``'s message as :func:`send_task` writes it (routed now, from
@@ -103,14 +97,42 @@ def task_message(
     call_args, call_kwargs = tuple(_sequence(args)), dict(kwargs or {})
     _json_ready("args", call_args)  # refused here, naming the field, before anything is built
     _json_ready("kwargs", call_kwargs)
-    delay = _delay_of(countdown, eta)
-    options = {k: v for k, v in {"queue": queue, "routing_key": routing_key}.items() if v}
-    route = _route(app, app.amqp.router.route(options, name, call_args, call_kwargs))
+    delay = _delay_of(options.countdown, options.eta)
+    given = {"queue": options.queue, "routing_key": options.routing_key}
+    route = _route(
+        app,
+        app.amqp.router.route({k: v for k, v in given.items() if v}, name, call_args, call_kwargs),
+    )
     task_id = uuid()
-    message = app.amqp.as_task_v2(task_id, name, call_args, call_kwargs, expires=expires)
+    message = app.amqp.as_task_v2(task_id, name, call_args, call_kwargs, expires=options.expires)
     task = {**route, "headers": message.headers, "properties": message.properties}
     body = _json_ready("args", list(message.body))
     return TaskMessage(task_id, body, task, delay, _deadline(message.headers.get("expires")))
+
+
+def task_row(
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    options: TaskOptions,
+    *,
+    headers: Mapping[str, Any] | None,
+    ordering_key: str | None,
+    app: Celery | None,
+) -> tuple[str, Row]:
+    """Task ``name``'s message (:func:`task_message`) as the outbox row every transactional
+    ``send_task`` writes, through its own adapter: (the task id, the row)."""
+    message = task_message(name, args, kwargs, options, app)
+    row = producer.default().task(
+        name,
+        message.body,
+        message.task,
+        headers=headers,
+        ordering_key=ordering_key,
+        delay=message.delay,
+        expires_at=message.expires_at,
+    )
+    return message.task_id, row
 
 
 class TransactionalTask(Task):  # type: ignore[type-arg]  # any task's arguments and result

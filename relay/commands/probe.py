@@ -5,7 +5,7 @@ probe's own process: during an outage the relay is handling, it names what is un
 Liveness of a ``relay dispatch --loop`` process: the heartbeat file its loop touches on every
 pass, and every second while it rests or waits out an outage (its breaker open, the database's
 retry backoff), is fresher than the bound the relay wrote into it
-(:func:`relay.observe.heartbeat.liveness_seconds`); a loop stuck in a call stops touching it.
+(:func:`relay.config.timing.liveness_seconds`); a loop stuck in a call stops touching it.
 Under ``RELAY_DATABASES`` the file carries the oldest child's beat, so one hung child fails it.
 A Celery worker's liveness is Celery's own ``celery -A relay inspect ping -d celery@$HOSTNAME``.
 """

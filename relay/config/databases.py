@@ -139,12 +139,8 @@ class Fleet:
     @classmethod
     def from_settings(cls, settings: Settings) -> Fleet:
         """``settings``' databases (:func:`each`), their URLs read and grouped by server."""
-        found = configured(settings)
-        total, per_server = connection_budget(
-            settings.max_connections, settings.max_server_connections
-        )
         variable = "RELAY_DATABASE_URL" if settings.databases is None else VARIABLE
-        members = tuple(_member(name, s, variable) for name, s in _each(settings, found))
+        members = tuple(_member(name, s, variable) for name, s in each(settings))
         servers: dict[str, list[Member]] = {}
         for m in members:
             if m.postgresql:
@@ -158,7 +154,7 @@ class Fleet:
             settings,
             members,
             several=settings.databases is not None and len(members) > 1,
-            budget=(total, per_server),
+            budget=connection_budget(settings.max_connections, settings.max_server_connections),
             postgresql=postgresql,
             watched=watched,
             watched_names=frozenset(n for s in watched for n in s.datnames.values()),

@@ -116,6 +116,14 @@ HEARTBEAT_REST_SECONDS = 1.0
 #: and a lease of slack for database calls running to their deadlines).
 LIVENESS_LEASES = 2.0
 
+
+def liveness_seconds(lease_seconds: float, confirm_timeout_seconds: float) -> float:
+    """The longest a healthy ``relay dispatch --loop`` goes between two heartbeats, the bound
+    its heartbeat file carries for ``relay probe live``: one drain and its slack, derived from
+    the lease and the confirm timeout (a rest, however long, beats every second)."""
+    return lease_seconds * LIVENESS_LEASES + confirm_timeout_seconds
+
+
 #: NATS JetStream: the duplicate window the relay gives a stream it creates, in needed windows
 #: (:func:`duplicate_window_needed`): room for a slow recording or a lease renewed late.
 DUPLICATE_WINDOW_MARGIN = 2.0

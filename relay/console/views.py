@@ -5,9 +5,9 @@ request answers with."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from relay.config import Settings
 from relay.exceptions import (
@@ -25,6 +25,8 @@ from relay.store.operations.store import OperationsStore
 
 if TYPE_CHECKING:
     from relay.replays.replayer import ReplayReport
+
+T = TypeVar("T")
 
 #: What replaces a masked field's value.
 MASK = "***"
@@ -113,12 +115,14 @@ def _statuses(raw: Any) -> tuple[Status, ...]:
         raise BadRequest(f"status must be among {', '.join(s.value for s in Status)}") from None
 
 
-def _when(values: Mapping[str, Any], name: str) -> Any:
+def _parsed(values: Mapping[str, Any], name: str, parse: Callable[[str], T]) -> T | None:
+    """Field ``name`` read by ``parse`` (the CLI's own parser of that kind of value), None when
+    it is absent; a value it refuses is a bad request naming the field."""
     text = _text(values, name)
     if text is None:
         return None
     try:
-        return parse_when(text)
+        return parse(text)
     except argparse.ArgumentTypeError as exc:
         raise BadRequest(f"{name}: {exc}") from None
 
@@ -147,20 +151,10 @@ def read_filter(values: Mapping[str, Any]) -> EventFilter:
         event_type=_text(values, "event_type"),
         key=_text(values, "key"),
         error=_text(values, "error"),
-        since=_when(values, "since"),
-        until=_when(values, "until"),
+        since=_parsed(values, "since", parse_when),
+        until=_parsed(values, "until", parse_when),
         all=everything is True or everything in ("true", "1", "on"),
     )
-
-
-def _duration(values: Mapping[str, Any], name: str) -> float | None:
-    text = _text(values, name)
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except argparse.ArgumentTypeError as exc:
-        raise BadRequest(f"{name}: {exc}") from None
 
 
 def read_page(values: Mapping[str, Any], default: int = 50) -> tuple[int, int | None]:
@@ -197,7 +191,7 @@ def act(
         if statuses != (Status.FAILED,):
             raise BadRequest("only failed events can be retried")
         values = values or {}
-        expires_in = _duration(values, "expires_in")
+        expires_in = _parsed(values, "expires_in", parse_duration)
         no_expiry = values.get("no_expiry") in (True, "true", "1", "on")
         return store.retry_failed(
             f, dry_run=dry_run, actor=actor, expires_in=expires_in, no_expiry=no_expiry

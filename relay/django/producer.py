@@ -16,6 +16,7 @@ from django.db import transaction
 
 from relay.django.connection import DjangoConnection, in_transaction
 from relay.produce import core
+from relay.produce.enqueue import default
 from relay.produce.wake import WakeUp, call_wake
 from relay.store import dialects
 
@@ -37,7 +38,7 @@ def enqueue(
     ``using``; returns its id. A rollback (of the block or of a savepoint around the call)
     leaves no event; outside ``atomic()``, or with a bad event, raises ``relay.EventError``
     naming the field, before anything is written."""
-    row = core.default().event(
+    row = default().event(
         event_type,
         payload,
         headers=headers,
@@ -66,7 +67,7 @@ def write(row: core.Row, using: str) -> int:
     block, and arm the producer's wake-up for the block's commit; the new outbox id."""
     conn = in_transaction(using, WHOSE)
     new_id = int(conn.execute(row.statement(conn.dialect.name), row.values).inserted_primary_key[0])
-    wake = core.default().wake
+    wake = default().wake
     if wake is not None:
         _arm_wake(conn, wake)
     return new_id

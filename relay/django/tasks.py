@@ -10,7 +10,6 @@ from typing import Any
 
 from relay.celery import transactional
 from relay.django import producer
-from relay.produce import core
 
 
 def send_task(
@@ -31,28 +30,14 @@ def send_task(
     """Write Celery task ``name`` into the outbox in the open ``atomic()`` block of database
     ``using``; returns its task id. Published once the block committed and the countdown or
     ``eta`` is due, routed as ``app.send_task`` would route it (default: the current app)."""
-    message = transactional.task_message(
-        name,
-        args,
-        kwargs,
-        countdown=countdown,
-        eta=eta,
-        expires=expires,
-        queue=queue,
-        routing_key=routing_key,
-        app=app,
+    options = transactional.TaskOptions(
+        countdown=countdown, eta=eta, expires=expires, queue=queue, routing_key=routing_key
     )
-    row = core.default().task(
-        name,
-        message.body,
-        message.task,
-        headers=headers,
-        ordering_key=ordering_key,
-        delay=message.delay,
-        expires_at=message.expires_at,
+    task_id, row = transactional.task_row(
+        name, args, kwargs, options, headers=headers, ordering_key=ordering_key, app=app
     )
     producer.write(row, using)
-    return message.task_id
+    return task_id
 
 
 class TransactionalTask(transactional.TransactionalTask):

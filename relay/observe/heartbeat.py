@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-
-from relay.config import Settings, timing
+from collections.abc import Callable, Iterable
 
 #: The heartbeat file's one line: ``stale-after-seconds=70``.
 BOUND_PREFIX = "stale-after-seconds="
@@ -20,17 +18,10 @@ BOUND_PREFIX = "stale-after-seconds="
 DEFAULT_MAX_AGE_SECONDS = 60.0
 
 
-def liveness_seconds(settings: Settings) -> float:
-    """The longest a healthy ``relay dispatch --loop`` goes between two heartbeats, the bound
-    the heartbeat file carries for ``relay probe live``: one drain and its slack, derived from
-    the lease and the confirm timeout (a rest, however long, beats every second)."""
-    return settings.lease_seconds * timing.LIVENESS_LEASES + settings.confirm_timeout_seconds
-
-
 def beats(path: str | None, bound: float | None = None) -> Callable[[], None] | None:
     """What the loop calls on every pass (and every second of a rest) to mark itself alive.
     With ``bound``, the file first says how stale it may grow before the process counts as
-    hung (:func:`liveness_seconds`), so the probe needs no settings."""
+    hung (:func:`relay.config.timing.liveness_seconds`), so the probe needs no settings."""
     if not path:
         return None
     if bound is None:
@@ -44,6 +35,28 @@ def beats(path: str | None, bound: float | None = None) -> Callable[[], None] | 
             first[0] = False
         else:
             touch(path)
+
+    return beat
+
+
+def oldest(
+    path: str | None, bound: float, beats: Callable[[], Iterable[float]]
+) -> Callable[[], None] | None:
+    """A heartbeat over several (a supervisor's, over its children's files): each call gives
+    ``path`` the time of the oldest of ``beats()`` (0 for one that never beat), so the file goes
+    stale as soon as any of them does, and when the caller itself stops calling. Its first
+    call starts the file with ``bound``."""
+    if not path:
+        return None
+    first = [True]
+
+    def beat() -> None:
+        if first[0]:
+            write_bound(path, bound)
+            first[0] = False
+        when = min(beats(), default=0.0)
+        if when > 0:
+            os.utime(path, (when, when))
 
     return beat
 

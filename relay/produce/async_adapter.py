@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from relay.exceptions import EventError
 from relay.produce import core
 from relay.produce import wake as wakeup
+from relay.produce.enqueue import default
 from relay.store import dialects
 
 #: What ``relay.aio`` writes through.
@@ -84,7 +85,7 @@ async def enqueue(
     The same checks as ``relay.enqueue``, before anything is awaited: bad input raises
     ``EventError`` naming the field and nothing is written. A rollback leaves no event.
     """
-    producer = core.default()
+    producer = default()
     row = producer.event(
         event_type,
         payload,

@@ -1,5 +1,5 @@
-"""The producer core shared by every adapter (sync SQLAlchemy, asyncio, Django): validation,
-the row's values and the statement that writes it. No I/O here.
+"""The producer's pure core, shared by every adapter (sync SQLAlchemy, asyncio, Django):
+validation, the row's values and the statement that writes it. No I/O here.
 
 Every check runs before an adapter executes anything, so a bad event raises
 :class:`~relay.exceptions.EventError` (naming the field) inside the caller's transaction and
@@ -7,13 +7,15 @@ nothing is written.
 
 A deadline (``expires_at``, an aware time; or ``expires_in``, a duration after the event is
 due: the database's now plus any ``delay``), else ``RELAY_EXPIRE_AFTER``'s default for the event
-type (:mod:`relay.config.expiry`, read once with the payload cap), is written into
-``outbox.expires_at``; the relay dead-letters a row claimed past it without publishing it.
+type (:mod:`relay.config.expiry`), is written into ``outbox.expires_at``; the relay
+dead-letters a row claimed past it without publishing it.
 
 A keyed row carries no number: since migration 0012 the database's trigger takes the key's next
 number in the writer's transaction (see docs/ordering.md), the same for every writer, in any
-language. An adapter only executes :meth:`Row.statement` with :attr:`Row.values` in its
-caller's transaction and arms :attr:`Producer.wake` for after the commit.
+language. The :class:`relay.Producer` (``relay.produce.enqueue``) holds the payload cap, the
+default deadlines and the wake-up and builds its rows here; an adapter only executes
+:meth:`Row.statement` with :attr:`Row.values` in its caller's transaction and arms the
+producer's wake-up for after the commit.
 """
 
 from __future__ import annotations
@@ -23,18 +25,15 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, Insert
-from sqlalchemy.orm import Session
+from sqlalchemy import Insert
 
 from relay.config import env, expiry
 from relay.config.expiry import ExpireAfter
 from relay.exceptions import EventError
 from relay.observe import tracing
-from relay.produce import sync_adapter
-from relay.produce.wake import WakeUp
-from relay.publishers.message import RESERVED_HEADERS, TASK_HEADER, encode_body
+from relay.publishers.message import RESERVED_HEADERS, encode_body
 from relay.store import dialects
 
 MAX_NAME_BYTES = 255  # an AMQP routing key is a shortstr: at most 255 bytes
@@ -59,155 +58,56 @@ class Row:
         )
 
 
-class Producer:
-    """Validates events and builds their rows; ``relay.enqueue`` is the default instance's."""
+class Limits(Protocol):
+    """What a row is checked against (a :class:`relay.Producer` holds them)."""
 
-    def __init__(
-        self,
-        *,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        wake: WakeUp | None = None,
-        expire_after: ExpireAfter | None = None,
-    ) -> None:
-        self.max_payload_bytes = max_payload_bytes
-        self.wake = wake
-        #: The default deadline per event type (``RELAY_EXPIRE_AFTER``); None: no default.
-        self.expire_after = expire_after
+    #: The largest payload, as JSON.
+    max_payload_bytes: int
+    #: The default deadline per event type (``RELAY_EXPIRE_AFTER``); None: no default.
+    expire_after: ExpireAfter | None
 
-    def enqueue(
-        self,
-        session_or_connection: Session | Connection,
-        event_type: str,
-        payload: Any,
-        *,
-        headers: Mapping[str, Any] | None = None,
-        ordering_key: str | None = None,
-        delay: timedelta | float | None = None,
-        expires_at: datetime | None = None,
-        expires_in: timedelta | float | None = None,
-    ) -> int:
-        """Write one event in the caller's (sync SQLAlchemy) transaction; returns its id."""
-        row = self.event(
-            event_type,
-            payload,
-            headers=headers,
-            ordering_key=ordering_key,
-            delay=delay,
-            expires_at=expires_at,
-            expires_in=expires_in,
-        )
-        return sync_adapter.write(session_or_connection, row.statement, row.values, self.wake)
 
-    def enqueue_task(
-        self,
-        session_or_connection: Session | Connection,
-        name: str,
-        body: Any,
-        task: Mapping[str, Any],
-        *,
-        headers: Mapping[str, Any] | None = None,
-        ordering_key: str | None = None,
-        delay: timedelta | float | None = None,
-        expires_at: datetime | None = None,
-    ) -> int:
-        """Write a Celery task message (``relay.celery.send_task`` builds ``task``: route,
-        protocol headers and properties) in the caller's transaction; returns its outbox id."""
-        row = self.task(
-            name,
-            body,
-            task,
-            headers=headers,
-            ordering_key=ordering_key,
-            delay=delay,
-            expires_at=expires_at,
-        )
-        return sync_adapter.write(session_or_connection, row.statement, row.values, self.wake)
+def row(
+    limits: Limits,
+    event_type: str,
+    payload: Any,
+    headers: dict[str, Any] | None,
+    ordering_key: str | None,
+    delay: timedelta | float | None,
+    deadline: datetime | float | None,
+) -> Row:
+    """The row of one event whose ``headers`` and ``deadline`` are checked already; the other
+    fields are checked here, the payload against the cap of ``limits``, and a missing deadline
+    is its default for the type."""
+    values: dict[str, Any] = {
+        "event_type": check_name("event_type", event_type),
+        "payload": check_payload(payload, limits.max_payload_bytes),
+        "headers": tracing.capture(headers),
+        "ordering_key": None if ordering_key is None else check_name("ordering_key", ordering_key),
+    }
+    seconds = check_delay(delay)
+    if seconds:
+        values["delay_seconds"] = seconds
+    if deadline is None and limits.expire_after is not None:
+        deadline = limits.expire_after.seconds_for(values["event_type"])
+    kind = None
+    if isinstance(deadline, datetime):
+        kind, values["expires_at"] = "at", deadline
+    elif deadline is not None:
+        # Counted from when the event is due, so a delayed event is not born expired.
+        kind, values["expires_seconds"] = "in", seconds + deadline
+    return Row(values, delayed=bool(seconds), expiry=kind)
 
-    def event(
-        self,
-        event_type: str,
-        payload: Any,
-        *,
-        headers: Mapping[str, Any] | None = None,
-        ordering_key: str | None = None,
-        delay: timedelta | float | None = None,
-        expires_at: datetime | None = None,
-        expires_in: timedelta | float | None = None,
-    ) -> Row:
-        """The row of one event, every field checked."""
-        deadline = check_expiry(expires_at, expires_in)
-        return self._row(event_type, payload, check_headers(headers), ordering_key, delay, deadline)
 
-    def task(
-        self,
-        name: str,
-        body: Any,
-        task: Mapping[str, Any],
-        *,
-        headers: Mapping[str, Any] | None = None,
-        ordering_key: str | None = None,
-        delay: timedelta | float | None = None,
-        expires_at: datetime | None = None,
-    ) -> Row:
-        """The row of a Celery task message (``task``: route, protocol headers, properties);
-        ``expires_at``: the task's ``expires``, its row's deadline."""
-        merged = dict(check_headers(headers) or {})
-        merged[TASK_HEADER] = dict(task)
-        deadline = check_expiry(expires_at, None)
-        return self._row(name, body, merged, ordering_key, delay, deadline)
-
-    def _row(
-        self,
-        event_type: str,
-        payload: Any,
-        headers: dict[str, Any] | None,
-        ordering_key: str | None,
-        delay: timedelta | float | None,
-        deadline: datetime | float | None,
-    ) -> Row:
-        values: dict[str, Any] = {
-            "event_type": check_name("event_type", event_type),
-            "payload": self.check_payload(payload),
-            "headers": tracing.capture(headers),
-            "ordering_key": None
-            if ordering_key is None
-            else check_name("ordering_key", ordering_key),
-        }
-        seconds = check_delay(delay)
-        if seconds:
-            values["delay_seconds"] = seconds
-        if deadline is None and self.expire_after is not None:
-            deadline = self.expire_after.seconds_for(values["event_type"])
-        kind = None
-        if isinstance(deadline, datetime):
-            kind, values["expires_at"] = "at", deadline
-        elif deadline is not None:
-            # Counted from when the event is due, so a delayed event is not born expired.
-            kind, values["expires_seconds"] = "in", seconds + deadline
-        return Row(values, delayed=bool(seconds), expiry=kind)
-
-    def check_payload(self, payload: Any) -> Any:
-        """``payload`` if it encodes as JSON within the cap."""
-        try:
-            size = len(encode_body(payload))
-        except (TypeError, ValueError) as exc:
-            raise EventError("payload", f"is not JSON-serializable: {exc}") from None
-        if size > self.max_payload_bytes:
-            raise EventError(
-                "payload", f"is {size} bytes as JSON, over the cap of {self.max_payload_bytes}"
-            )
-        return payload
-
-    def configure(
-        self, *, max_payload_bytes: int | None = None, wake: WakeUp | None = None
-    ) -> None:
-        """Change the payload cap and the after-commit wake-up."""
-        if max_payload_bytes is not None:
-            if max_payload_bytes < 1:
-                raise EventError("max_payload_bytes", "must be >= 1")
-            self.max_payload_bytes = max_payload_bytes
-        if wake is not None:
-            self.wake = wake
+def check_payload(payload: Any, max_payload_bytes: int) -> Any:
+    """``payload`` if it encodes as JSON within ``max_payload_bytes``."""
+    try:
+        size = len(encode_body(payload))
+    except (TypeError, ValueError) as exc:
+        raise EventError("payload", f"is not JSON-serializable: {exc}") from None
+    if size > max_payload_bytes:
+        raise EventError("payload", f"is {size} bytes as JSON, over the cap of {max_payload_bytes}")
+    return payload
 
 
 def check_name(field: str, value: object) -> str:
@@ -303,21 +203,3 @@ def sorted_keys(ordering_keys: Iterable[str]) -> list[str]:
     if isinstance(ordering_keys, str):
         raise EventError("ordering_keys", "must be an iterable of keys, not one str")
     return sorted({check_name("ordering_key", key) for key in ordering_keys})
-
-
-_default: Producer | None = None
-
-
-def default() -> Producer:
-    """The process-wide producer behind ``relay.enqueue``, ``relay.aio.enqueue``,
-    ``relay.django.enqueue`` and ``relay.celery.send_task``: one payload cap, one wake-up, one
-    ``RELAY_EXPIRE_AFTER``, each read from the environment once, at the first enqueue (a bad
-    value then raises ``ConfigError`` there, before anything is written, and again at the next
-    enqueue: nothing half-built is kept)."""
-    global _default  # the one process-wide producer
-    if _default is None:
-        _default = Producer(
-            max_payload_bytes=env.max_payload_bytes_from_env(),
-            expire_after=expiry.from_env(),
-        )
-    return _default

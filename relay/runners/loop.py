@@ -10,7 +10,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from relay.config import Settings
+from relay.config import Settings, timing
 from relay.config.database_list import DEFAULT_NAME
 from relay.dispatch.cycle import Report
 from relay.dispatch.runtime import Runtime
@@ -35,7 +35,12 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
             if once:
                 report = relay.drain(budget_seconds=float("inf"))
             else:
-                beat = heartbeat.beats(heartbeat_file, heartbeat.liveness_seconds(settings))
+                beat = heartbeat.beats(
+                    heartbeat_file,
+                    timing.liveness_seconds(
+                        settings.lease_seconds, settings.confirm_timeout_seconds
+                    ),
+                )
                 report = _loop(runtime, beat, guard)
     finally:
         guard.disarm()

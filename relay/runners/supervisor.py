@@ -135,7 +135,15 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     """Every configured database's relay as a child process, until all drained (``once``) or
     SIGTERM/SIGINT. Raises ``SystemExit`` with the worst child's status when one failed in
     ``once`` mode."""
-    children = [
+    children: list[Child] = []
+    # The shared heartbeat file takes the time of the child that beat last longest ago (a
+    # child being restarted keeps the time of its start).
+    beat = heartbeat.oldest(
+        heartbeat_file,
+        timing.liveness_seconds(settings.lease_seconds, settings.confirm_timeout_seconds),
+        lambda: [c.last_beat() for c in children],
+    )
+    children += [
         Child(name, child_env(s, i, os.environ), once) for i, (name, s) in enumerate(each(settings))
     ]
     if heartbeat_file and not once:
@@ -160,7 +168,6 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_dump)
-    beat = _fleet_beat(heartbeat_file, children, heartbeat.liveness_seconds(settings))
     try:
         for c in children:
             c.start()
@@ -211,25 +218,6 @@ def _supervise(
                 c.start()
         if beat is not None:
             beat()
-
-
-def _fleet_beat(path: str | None, children: list[Child], bound: float) -> Callable[[], None] | None:
-    """The supervisor's heartbeat: the shared file takes the time of the oldest child's beat (a
-    child being restarted keeps the time of its start), so it goes stale as soon as any child
-    does, and when the supervisor itself stops looking."""
-    if not path:
-        return None
-    first = [True]
-
-    def beat() -> None:
-        if first[0]:
-            heartbeat.write_bound(path, bound)
-            first[0] = False
-        oldest = min((c.last_beat() for c in children), default=0.0)
-        if oldest > 0:
-            os.utime(path, (oldest, oldest))
-
-    return beat
 
 
 #: After SIGTERM a child exits on its own deadline; the supervisor kills it this much later.

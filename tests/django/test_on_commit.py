@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 import relay.django
-from relay.produce import core
+from relay.produce.enqueue import default
 from relay.store.engine import create_engine
 from tests.support.rows import rows
 
@@ -22,7 +22,7 @@ def calls(django_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]
     def wake() -> None:
         seen.append(f"wake: {len(rows(engine))} committed")
 
-    monkeypatch.setattr(core.default(), "wake", wake)
+    monkeypatch.setattr(default(), "wake", wake)
     yield seen
     engine.dispose()
 
@@ -67,7 +67,7 @@ def test_a_failing_wake_does_not_undo_the_commit(
     def broken() -> None:
         raise RuntimeError("broker down")
 
-    monkeypatch.setattr(core.default(), "wake", broken)
+    monkeypatch.setattr(default(), "wake", broken)
     with transaction.atomic():
         row_id = relay.django.enqueue("e", {})
     engine = create_engine(django_db)

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 import relay
 import relay.aio
 from relay.exceptions import EventError
-from relay.produce import core
+from relay.produce.enqueue import default
 from relay.store.dispatch_path.store import DispatchStore
 from relay.store.engine import create_engine
 from tests.support import databases
@@ -162,7 +162,7 @@ def test_wake_fires_once_after_each_commit_and_never_after_a_rollback(
     """The default producer's wake-up fires once per committed asyncio transaction, however
     many events it wrote, for an AsyncSession and an AsyncConnection alike."""
     wakes: list[float] = []
-    monkeypatch.setattr(core.default(), "wake", lambda: wakes.append(time.monotonic()))
+    monkeypatch.setattr(default(), "wake", lambda: wakes.append(time.monotonic()))
 
     async def body(engine: AsyncEngine) -> None:
         async with AsyncSession(engine) as session, session.begin():

@@ -80,7 +80,7 @@ def test_the_tick_counts_within_the_budget_and_gives_the_connections_back(
     sent: list[str] = []
     collector = Collector(amqp_url, exchange_name)
     try:
-        shares = fleet_tick(settings, runtimes, sent.append)
+        shares = fleet_tick(runtimes, sent.append)
         assert shares["t0"] > shares["t1"] >= 1
         assert all(shares[f"t{i}"] == 0 for i in range(2, 6))
         assert _pooled(runtimes) == 0
@@ -113,20 +113,20 @@ def test_the_tick_counts_only_the_databases_that_moved_until_their_net(pgs: list
     runtimes.plan.choose = choose  # type: ignore[method-assign]
     sent: list[str] = []
     try:
-        fleet_tick(settings, runtimes, sent.append)
+        fleet_tick(runtimes, sent.append)
         assert sorted(counted) == sorted(f"t{i}" for i in range(6))
         assert sent == []  # nothing to relay anywhere
         # The heartbeats just written move each figure once; statistics reach the server
         # when the writer's session ends (the count's connection is closed after it).
         wait_until(
-            lambda: (fleet_tick(settings, runtimes, sent.append), counted == [])[1],
+            lambda: (fleet_tick(runtimes, sent.append), counted == [])[1],
             15,
             "a tick that counts nothing",
         )
         assert sent == []
         insert_at(pgs[4], 1)
         wait_until(
-            lambda: (fleet_tick(settings, runtimes, sent.append), "t4" in counted)[1],
+            lambda: (fleet_tick(runtimes, sent.append), "t4" in counted)[1],
             15,
             "the database that took a row to be counted",
         )

@@ -155,10 +155,10 @@ def test_payload_cap_comes_from_the_environment(
     engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """RELAY_MAX_PAYLOAD_BYTES sets relay.enqueue's cap; over it the event is refused."""
-    from relay.produce import core
+    from relay.produce import enqueue as producer_face
 
     monkeypatch.setenv("RELAY_MAX_PAYLOAD_BYTES", "64")
-    monkeypatch.setattr(core, "_default", None)
+    monkeypatch.setattr(producer_face, "_default", None)
     with Session(engine) as session, session.begin():
         relay.enqueue(session, "small", {"x": "y" * 10})
         with pytest.raises(EventError, match="over the cap of 64"):

@@ -26,7 +26,7 @@ from relay.config.expiry import ExpireAfter
 from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import ConfigError, EventError, SelectorError
 from relay.observe.metrics import PrometheusObserver
-from relay.produce import core
+from relay.produce import enqueue as producer_face
 from relay.produce.enqueue import Producer
 from relay.store import dialects
 from relay.store.operations.store import OperationsStore
@@ -250,9 +250,9 @@ def test_relay_expire_after_gives_defaults_by_the_most_specific_pattern(
 @pytest.fixture
 def fresh_producer() -> Iterator[None]:
     """The process-wide producer rebuilt from the environment, and forgotten afterwards."""
-    core._default = None
+    producer_face._default = None
     yield
-    core._default = None
+    producer_face._default = None
 
 
 @pytest.mark.usefixtures("fresh_producer")

@@ -130,7 +130,7 @@ def test_the_fleet_tick_shares_the_fanout_by_backlog_and_survives_a_database_dow
     runtimes = Runtimes(Fleet.from_settings(settings))
     sent: list[str] = []
     try:
-        shares = fleet_tick(settings, runtimes, sent.append)
+        shares = fleet_tick(runtimes, sent.append)
     finally:
         runtimes.close()
     assert shares == {"orders": 6, "billing": 1, "down": 1}

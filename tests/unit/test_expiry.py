@@ -14,7 +14,8 @@ from relay.dispatch.decisions import expired_reason, refusals
 from relay.exceptions import ConfigError, EventError
 from relay.observe.metrics import PrometheusObserver
 from relay.observe.observers import Recorded
-from relay.produce.core import Producer, check_expiry
+from relay.produce.core import check_expiry
+from relay.produce.enqueue import Producer
 from relay.records import TASK_HEADER, ClaimedEvent
 
 NOW = datetime(2026, 12, 7, 5, 0, tzinfo=UTC)

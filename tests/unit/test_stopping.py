@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import Settings, timing
+from relay.config import timing
 from relay.dispatch import dispatcher
 from relay.dispatch.stopping import FORCED_EXIT_STATUS
 from relay.observe import heartbeat
@@ -92,8 +92,8 @@ def test_a_long_rest_beats_and_ends_when_its_event_is_set(monkeypatch: pytest.Mo
 
 def test_the_liveness_bound_follows_the_lease_and_the_confirm_timeout() -> None:
     """Two leases plus one confirm wait: 70 s at the defaults."""
-    assert heartbeat.liveness_seconds(Settings()) == 70.0
-    assert heartbeat.liveness_seconds(Settings(lease_seconds=3, confirm_timeout_seconds=2)) == 8.0
+    assert timing.liveness_seconds(30.0, 10.0) == 70.0
+    assert timing.liveness_seconds(3, 2) == 8.0
 
 
 def test_the_probe_reads_the_bound_the_relay_wrote(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_the_supervisor_file_carries_the_oldest_childs_beat(tmp_path: Path) -> N
         heartbeat.touch(c.heartbeat_file)
     stale = os.stat(f"{shared}.1").st_mtime - 100
     os.utime(f"{shared}.1", (stale, stale))
-    beat = supervisor._fleet_beat(shared, children, 8.0)
+    beat = heartbeat.oldest(shared, 8.0, lambda: [c.last_beat() for c in children])
     assert beat is not None
     beat()
     assert os.stat(shared).st_mtime == stale

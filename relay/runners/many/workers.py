@@ -333,7 +333,10 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
 
         budget.serve(settings.metrics_port, many.budget)
     try:
-        beat = heartbeat.beats(heartbeat_file, heartbeat.liveness_seconds(settings))
+        beat = heartbeat.beats(
+            heartbeat_file,
+            timing.liveness_seconds(settings.lease_seconds, settings.confirm_timeout_seconds),
+        )
         report = many.run(beat)
     finally:
         guard.disarm()
