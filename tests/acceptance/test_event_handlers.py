@@ -62,7 +62,8 @@ def worker(
     }
     args = [CELERY_BIN, "-A", "tests.support.events_app", "worker", "-P", "solo", "-l", "INFO"]
     args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-    proc = Proc(name, [*args, "-n", f"{name}@%h", "-Q", f"{queue}.tasks"], env, log_dir)
+    # A node name of this test's own: a Celery node's pidbox queue is exclusive on the broker.
+    proc = Proc(name, [*args, "-n", f"{name}.{queue}@%h", "-Q", f"{queue}.tasks"], env, log_dir)
     try:
         proc.wait_for_log("ready.", timeout=60)
         yield proc
