@@ -8,6 +8,9 @@ scheduler at scrape time:
 - ``relay_databases_waiting``: databases due for a claim but waiting for a worker or a
   connection (persistently above 0: the budget is too small for the load);
 - ``relay_databases``: databases this process relays.
+
+The same endpoint serves each database's outbox gauges (labelled ``source``) as the runner last
+read them within its units of work (:class:`relay.observe.gauges.ReadingsCollector`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import prometheus_client
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from relay.observe.gauges import Reading, ReadingsCollector
 from relay.observe.metrics import PrometheusObserver, _listen
 
 _HELP = {
@@ -41,11 +45,18 @@ class BudgetCollector(Collector):
             yield GaugeMetricFamily(name, text, value=values.get(key, 0))
 
 
-def serve(port: int, read: Callable[[], Mapping[str, int]]) -> PrometheusObserver:
-    """The process's endpoint: the relay's counters (every database's, labelled ``source``)
-    and the budget gauges. The outbox gauges of each database are not read here: a scrape
-    would take a connection from every database, outside the budget."""
+def serve(
+    port: int,
+    read: Callable[[], Mapping[str, int]],
+    readings: Callable[[], Mapping[str, Reading]] | None = None,
+) -> PrometheusObserver:
+    """The process's endpoint: the relay's counters (every database's, labelled ``source``),
+    the budget gauges, and each database's outbox gauges as ``readings()`` last read them
+    (labelled ``source``). A scrape reads no database: it would take a connection from every
+    database, outside the budget; the runner reads them within its units of work."""
     observer = PrometheusObserver.shared()
     prometheus_client.REGISTRY.register(BudgetCollector(read))
+    if readings is not None:
+        prometheus_client.REGISTRY.register(ReadingsCollector(readings))
     _listen(port, prometheus_client.REGISTRY)
     return observer

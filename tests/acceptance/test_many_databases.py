@@ -204,6 +204,61 @@ def test_a_quiet_database_is_not_starved_by_another_ones_backlog(
     assert result["quiet_beside_backlog"]["p99_ms"] < 1500, result
 
 
+def test_one_process_over_two_databases_serves_each_ones_outbox_gauges_within_its_budget(
+    backend_pool: databases.BackendPool, amqp_url: str, exchange_name: str, collector: Collector
+) -> None:
+    """`relay dispatch --loop` over two databases with RELAY_MAX_CONNECTIONS=2 and a metrics
+    endpoint: the outbox gauges of each database, labelled by its name and read by the runner
+    within its units of work (a scrape reads no database), show what each holds: 30 rows of a
+    paused type pending in one, its pause and the rows it holds, none pending in the other;
+    the connections in use never pass the budget."""
+    from relay.store.operations.pausing import PauseStore
+    from tests.support.rows import enqueue_many
+    from tests.support.scrape import free_port, scrape, total
+
+    with (
+        backend_pool.database("postgresql") as a_url,
+        backend_pool.database("postgresql") as b_url,
+    ):
+        a, b = create_engine(a_url), create_engine(b_url)
+        try:
+            PauseStore(a).pause("event_type", "held.*", reason="the gauges test")
+            enqueue_many(a, 30, event_type="held.thing")
+            enqueue_many(a, 10, event_type="free.thing")
+            enqueue_many(b, 20, event_type="free.thing")
+            port = free_port()
+            env = _env({"a": a_url, "b": b_url}, amqp_url, exchange_name)
+            env |= {"RELAY_METRICS_PORT": str(port), "RELAY_MAX_CONNECTIONS": "2"}
+            proc = subprocess.Popen([RELAY_BIN, "dispatch", "--loop"], env=env)
+            seen_in_use: list[float] = []
+
+            def settled() -> bool:
+                samples = scrape(port) or {}
+                seen_in_use.append(total(samples, "relay_connections_in_use"))
+                return (
+                    total(samples, "relay_paused_rows", source="a") == 30
+                    and total(samples, "relay_outbox_rows", source="a", status="pending") == 30
+                    and total(samples, "relay_outbox_rows", source="b", status="pending") == 0
+                    and total(samples, "relay_outbox_up", source="b") == 1
+                )
+
+            try:
+                collector.drain(30, timeout=60)
+                wait_until(settled, 60, "each database's gauges as it is")
+                samples = scrape(port) or {}
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+        finally:
+            a.dispose()
+            b.dispose()
+    assert total(samples, "relay_pauses", source="a") == 1
+    assert total(samples, "relay_pauses", source="b") == 0
+    assert total(samples, "relay_oldest_pending_age_seconds", source="a") > 0
+    assert total(samples, "relay_oldest_pending_age_seconds", source="b") == 0
+    assert max(seen_in_use) <= 2, seen_in_use
+
+
 def test_a_celery_fleet_over_three_databases_relays_each_once_under_sigkill(
     backend_pool: databases.BackendPool, amqp_url: str, exchange_name: str, tmp_path: Path
 ) -> None:

@@ -37,7 +37,8 @@ from relay.dispatch.dispatcher import Dispatcher, Report
 from relay.dispatch.runtime import Runtime
 from relay.dispatch.stopping import StopGuard
 from relay.exceptions import RelayError, StoreError
-from relay.observe import heartbeat
+from relay.observe import gauges, heartbeat
+from relay.observe.gauges import Reading
 from relay.policy import Backoff
 from relay.publishers import Publisher
 from relay.runners.many.schedule import Schedule, Unit
@@ -56,6 +57,10 @@ TICK_SECONDS = 0.5
 #: A database whose unit failed for a reason retrying cannot mend (no outbox table, a
 #: permission) is tried again this rarely, logged each time.
 BROKEN_REST_SECONDS = 60.0
+#: With a metrics endpoint, each database's outbox gauges are read again at the end of its
+#: first unit of work this long after the last reading, on the connection the unit holds (the
+#: budget's), never by a scrape: an idle database's are as old as its idle looks are apart.
+READINGS_SECONDS = 15.0
 
 
 @dataclass
@@ -70,6 +75,9 @@ class Served:
     )
     #: Its last unit failed for a reason retrying cannot mend (no outbox table, a permission).
     failed: bool = False
+    #: Its outbox gauges as last read (None: not yet, or no metrics endpoint), and when.
+    reading: Reading | None = None
+    read_at: float = -float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +122,8 @@ class ManyDatabases:
         self.failures: list[str] = []
         #: Units of work run, and the seconds they took in all (logged at the end).
         self.units, self.unit_seconds = 0, 0.0
+        #: Whether units read their database's gauges (a metrics endpoint serves them).
+        self.reads_gauges = False
 
     def serve(self, member: Member, purge_at: float) -> Served:
         """A database to serve: its runtime on one connection, which the budget counts as one
@@ -137,6 +147,10 @@ class ManyDatabases:
             "waiting": self.schedule.waiting(now),
             "databases": len(self.databases),
         }
+
+    def readings(self) -> dict[str, Reading]:
+        """Each database's outbox gauges as last read (the metrics endpoint's)."""
+        return {n: db.reading for n, db in list(self.databases.items()) if db.reading is not None}
 
     def hung(self) -> bool:
         """A unit has run longer than a lease: every call in it has a shorter deadline, so it
@@ -270,6 +284,8 @@ class ManyDatabases:
         except StoreError as exc:
             db.failed = not exc.retryable
             log.warning("database %r unavailable, resting: %s", name, exc)
+            if self.reads_gauges:
+                db.reading, db.read_at = Reading(up=False), time.monotonic()
             return Done(name, None, started, error=exc)
         except RelayError as exc:
             db.failed = True
@@ -280,6 +296,8 @@ class ManyDatabases:
             log.exception("database %r failed its unit", name)
             return Done(name, None, started, error=exc)
         db.failed = False
+        if self.reads_gauges and time.monotonic() - db.read_at >= READINGS_SECONDS:
+            db.reading, db.read_at = gauges.read(db.runtime.operations()), time.monotonic()
         rest = 0.0
         if report.broker_error:
             rest = max(relay.breaker.remaining(relay.clock()), timing.BROKER_REST_MIN_SECONDS)
@@ -331,7 +349,8 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     if settings.metrics_port is not None and not once:
         from relay.observe import budget
 
-        budget.serve(settings.metrics_port, many.budget)
+        many.reads_gauges = True
+        budget.serve(settings.metrics_port, many.budget, many.readings)
     try:
         beat = heartbeat.beats(
             heartbeat_file,
