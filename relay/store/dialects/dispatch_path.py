@@ -335,10 +335,12 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             rows = self.claim_unordered(
                 conn, replace(ask, limit=unordered_limit, max_bytes=left_bytes)
             )
-            if left_bytes is not None:
-                left_bytes -= _claimed_bytes(rows)
         if not heads:
             return rows
+        if left_bytes is not None:
+            # Only the runs behind heads spend what the unordered rows left (counted here,
+            # not for a claim without keys: a pass over every row's texts for nothing).
+            left_bytes -= _claimed_bytes(rows)
         ids = [h.id for h in heads]
         share = (limit - len(rows)) // len(heads)
         places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
