@@ -91,17 +91,17 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
     at_head = relay("migrate", "--check")
     assert at_head.returncode == 0, at_head.stdout + at_head.stderr
     assert "at head" in at_head.stdout
-    sql = relay("migrate", "--sql", "--from", "0015")
+    sql = relay("migrate", "--sql", "--from", "0014")
     assert sql.returncode == 0, sql.stderr
-    assert "ALTER TABLE outbox SET (fillfactor = 50)" in sql.stdout
-    assert "UPDATE relay_alembic_version SET version_num='0016'" in sql.stdout
+    assert "ALTER TABLE outbox ADD COLUMN expires_at" in sql.stdout
+    assert "UPDATE relay_alembic_version SET version_num='0015'" in sql.stdout
     # Taken down a revision, the check fails naming both revisions.
     down = subprocess.run(
         [
             sys.executable,
             "-c",
             f"import relay.migrations; from relay.store.schema import"
-            f" upgrade; upgrade.downgrade({pg_url!r}, '0015')",
+            f" upgrade; upgrade.downgrade({pg_url!r}, '0014')",
         ],
         cwd=tmp_path,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
@@ -112,4 +112,4 @@ def test_migrations_apply_from_the_built_wheel(empty_pg_url: str, tmp_path: Path
     assert down.returncode == 0, down.stderr
     behind = relay("migrate", "--check")
     assert behind.returncode == 1, behind.stdout + behind.stderr
-    assert "at 0015, head is 0016" in behind.stdout
+    assert "at 0014, head is 0015" in behind.stdout

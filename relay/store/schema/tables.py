@@ -55,10 +55,6 @@ IdType = BigInteger().with_variant(Integer(), "sqlite")
 Timestamp = UtcDateTime()
 
 STATUSES = ", ".join(f"'{s.value}'" for s in Status)
-#: PostgreSQL's fill factor of ``outbox``: neither the claim nor the sent outcome is a HOT
-#: update (each changes an indexed column), but on a half-filled page the row's new versions
-#: stay on its page (migration 0016; docs/benchmarks.md, "Where an event's CPU goes").
-OUTBOX_FILLFACTOR = 50
 
 outbox = Table(
     "outbox",
@@ -90,8 +86,6 @@ outbox = Table(
     CheckConstraint(f"status IN ({STATUSES})", name="status"),
     CheckConstraint("attempt >= 0", name="attempt"),
     sqlite_autoincrement=True,
-    #: Room on each page for a row's claimed and sent versions (migration 0016).
-    postgresql_with={"fillfactor": OUTBOX_FILLFACTOR},
 )
 
 #: Partial indexes exist on PostgreSQL and SQLite only.
