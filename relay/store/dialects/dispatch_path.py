@@ -304,6 +304,10 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """The rows whose ids are bound as ``ids``."""
         return outbox.c.id.in_(bindparam("ids", expanding=True))
 
+    def ids_params(self, ids: Sequence[int]) -> dict[str, Any]:
+        """The bind parameters of :meth:`_bound_ids` for ``ids``."""
+        return {"ids": list(ids)}
+
     def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
         """Lease the rows ``ids`` (locked by this transaction) as ``ask`` says and return them
         as claimed."""
@@ -337,9 +341,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             )
         if not heads:
             return rows
-        if left_bytes is not None:
-            # Only the runs behind heads spend what the unordered rows left (counted here,
-            # not for a claim without keys: a pass over every row's texts for nothing).
+        if left_bytes is not None:  # counted only when runs behind heads follow
             left_bytes -= _claimed_bytes(rows)
         ids = [h.id for h in heads]
         share = (limit - len(rows)) // len(heads)
