@@ -51,7 +51,7 @@ from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.dialects.holding import HeldRows
 from relay.store.dialects.keys import KeyHeads
-from relay.store.dispatch_path.claimsize import Ask, fit_bytes, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, fit_bytes, rows_bytes
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
@@ -397,4 +397,4 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
 def _claimed_bytes(rows: Sequence[Row[Any]]) -> int:
     """The bytes of claimed rows' payload and headers (their JSON texts), as
     :meth:`Dialect.row_bytes` counts them."""
-    return sum(text_bytes(row.payload) + text_bytes(row.headers) for row in rows)
+    return rows_bytes(rows)

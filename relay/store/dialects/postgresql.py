@@ -29,7 +29,6 @@ from relay.store.dialects.operations import Operations
 from relay.store.dialects.returning import ReturningDialect
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import outbox, outbox_progress, outbox_sequence
-from relay.store.timestamps import ReadTimestamp
 
 #: The ids (and attempts) a statement fences on, each bound as one array literal
 #: (:func:`_int_array`) cast on the server: psycopg's list dumper took about 0.4 ms of the
@@ -50,9 +49,11 @@ class PostgresDialect(ReturningDialect):
     def readable_time(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """NULL for a time psycopg cannot load (``infinity``, ``-infinity``, a year past 9999
         or before 1): it refuses the whole result, so the claim's SQL leaves such a time out
-        and the row carries its fault (``relay.records.time_fault``)."""
+        and the row carries its fault (``relay.records.time_fault``). What is left psycopg
+        loads as an aware datetime itself: read as such, with no result processing (two Python
+        calls a claimed row through ``relay.store.timestamps.ReadTimestamp``, idle here)."""
         held = sa.case((column.between(_FIRST_TIME, _LAST_TIME), column), else_=sa.null())
-        return type_coerce(held, ReadTimestamp())
+        return type_coerce(held, sa.DateTime(timezone=True))
 
     def now(self) -> ColumnElement[datetime]:
         """``now()``: the transaction's start time on the database server."""
