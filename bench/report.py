@@ -277,7 +277,7 @@ def versus(data: dict[str, Any], wal: bool = False) -> str:
             if "cpu_total" not in r
             else " / ".join(
                 f"{r[k]:.0f}"
-                for k in ("cpu_publishers", "cpu_postgres", "cpu_rabbitmq", "cpu_total")
+                for k in ("cpu_publishers", _database_cpu(r), "cpu_rabbitmq", "cpu_total")
             )
         )
         row = [
@@ -292,8 +292,14 @@ def versus(data: dict[str, Any], wal: bool = False) -> str:
             row.append(f"{r['wal_bytes_per_event']:,.0f}" if "wal_bytes_per_event" in r else "-")
         rows.append(row)
     header = ["publisher", "msg/s (queue growth)", "from the commit / go", "vs raw Kombu, per run"]
-    header += ["CPU µs/msg: publishers / PostgreSQL / RabbitMQ / total", "CPU-bound ratio"]
+    db = "MariaDB" if data.get("database") == "mariadb" else "PostgreSQL"
+    header += [f"CPU µs/msg: publishers / {db} / RabbitMQ / total", "CPU-bound ratio"]
     return table(header + (["WAL bytes/event"] if wal else []), rows)
+
+
+def _database_cpu(r: dict[str, Any]) -> str:
+    """The key of the database's CPU in a ``bench/versus.py`` mode (MariaDB's or PostgreSQL's)."""
+    return "cpu_mariadb" if "cpu_mariadb" in r else "cpu_postgres"
 
 
 def history(data: dict[str, Any]) -> str:

@@ -19,8 +19,8 @@ One connection polls the queue depth (passive ``queue_declare``) every 20 ms. ``
 growth from the first poll that saw messages to the one that saw all of them over the time
 between; ``rate_from_start`` is ``events`` over the time from the go signal or the commit. The
 CPU is read from ``/proc`` at the same two moments, per message: the mode's processes
-(``cpu_publishers``), every PostgreSQL and RabbitMQ process (``cpu_postgres``,
-``cpu_rabbitmq``; whoever else uses them counts too), and ``cpu_vs_raw`` = the raw side's total
+(``cpu_publishers``), the database's (``cpu_postgres``, see below) and every RabbitMQ process
+(``cpu_rabbitmq``; whoever else uses it counts too), and ``cpu_vs_raw`` = the raw side's total
 over this side's: the ratio the rates would show where the CPU is the only limit. The
 modes take turns within each repetition (each repetition starts with the next mode), and only
 one mode's processes run at a time. Every run must leave exactly ``events`` messages in the
@@ -30,8 +30,14 @@ On PostgreSQL each relay mode also reports ``wal_bytes_per_event``: the WAL the 
 (``pg_current_wal_lsn()`` from the commit of the pending rows to the last outcome) over the
 events; ``--variant RELAY_DELETE_ON_SEND=1`` sets delete on send against the default.
 
+On PostgreSQL the database's CPU (``cpu_postgres``) is that of the backends serving the
+measure's database; the server's own processes (WAL writer, checkpointer, ...) are read as
+``cpu_postgres_server``, outside the total (they serve every database of the shared server);
+other databases' backends are not read. MariaDB is one process, counted whole
+(``cpu_mariadb``), whoever it served.
+
 ``python -m bench.versus [--events 20000] [--processes 4] [--reps 3] [--baseline REV ...]
-[--variant RELAY_BATCH_SIZE=500 ...]``
+[--variant RELAY_BATCH_SIZE=500 ...] [--database postgresql|mariadb]``
 """
 
 from __future__ import annotations
@@ -78,8 +84,38 @@ class _Depth:
         self._conn.release()
 
 
-#: The servers whose CPU a message costs besides the publishers' own (pgrep patterns).
-SERVERS = {"postgres": "postgres", "rabbitmq": "beam.smp"}
+#: The servers whose CPU a message costs besides the publishers' own (pgrep patterns), by the
+#: name of the database the relay runs on; MariaDB's is one process for every client.
+SERVERS = {
+    "postgresql": {"postgres": "postgres", "rabbitmq": "beam.smp"},
+    "mariadb": {"mariadb": "mariadbd", "rabbitmq": "beam.smp"},
+}
+
+
+def _server_pids(engine: sa.Engine) -> dict[str, list[int]]:
+    """The server processes whose CPU this measure reads. On PostgreSQL, ``postgres``: the
+    backends (and autovacuum workers) of the measure's own database, which count in the total;
+    ``postgres_server``: the server's own processes (WAL writer, checkpointer, ...), reported
+    beside it but left out of the total, since on the shared machine they work for every
+    database (raw Kombu, which uses none, read up to 16 µs a message of them under load).
+    Other databases' backends are not read at all."""
+    kind = engine.dialect.name if engine.dialect.name == "postgresql" else "mariadb"
+    pids = {name: procs.pids_of(pattern) for name, pattern in SERVERS[kind].items()}
+    if kind == "postgresql":
+        sessions = sa.text(
+            "SELECT pid, datname = current_database() FROM pg_stat_activity "
+            "WHERE datname IS NOT NULL"
+        )
+        with engine.connect() as conn:
+            ours: dict[int, bool] = dict(conn.execute(sessions).tuples().all())
+        server = pids.pop("postgres")
+        pids["postgres"] = [pid for pid in server if ours.get(pid)]
+        pids[SERVER_ONLY] = [pid for pid in server if pid not in ours]
+    return pids
+
+
+#: The part read beside the others but left out of ``cpu_total`` (:func:`_server_pids`).
+SERVER_ONLY = "postgres_server"
 
 
 def _cpu(
@@ -102,12 +138,17 @@ def _spent(
 
 
 def _watch(
-    depth: _Depth, events: int, started: float, running: Sequence[subprocess.Popen[bytes]]
+    depth: _Depth,
+    events: int,
+    started: float,
+    running: Sequence[subprocess.Popen[bytes]],
+    engine: sa.Engine,
 ) -> dict[str, float]:
     """Poll until the queue holds ``events`` messages; the rates (see the module doc), and the
     CPU each part spent meanwhile in µs a message (``cpu_*``): the publishers (relay or raw),
-    PostgreSQL and RabbitMQ (every process of each, whoever it served)."""
-    servers = {name: procs.pids_of(pattern) for name, pattern in SERVERS.items()}
+    the database (:func:`_server_pids`, of ``engine``'s database) and RabbitMQ (every process,
+    whoever it served)."""
+    servers = _server_pids(engine)
     before = _cpu(running, servers)
     first: tuple[float, int] | None = None
     deadline = started + 300
@@ -128,12 +169,17 @@ def _watch(
     growth = (events - first[1]) / (now - first[0]) if now > first[0] else float("nan")
     spent = _spent(before, _cpu(running, servers))
     cpu = {f"cpu_{k}": seconds / events * 1e6 for k, seconds in spent.items()}
-    cpu["cpu_total"] = sum(cpu.values())
+    cpu["cpu_total"] = sum(v for k, v in cpu.items() if k != f"cpu_{SERVER_ONLY}")
     return {"rate": growth, "rate_from_start": events / (now - started), **cpu}
 
 
 def _raw(
-    route: services.Route, depth: _Depth, events: int, processes: int, kind: str = "raw"
+    route: services.Route,
+    depth: _Depth,
+    events: int,
+    processes: int,
+    engine: sa.Engine,
+    kind: str = "raw",
 ) -> dict[str, float]:
     """``processes`` publishers of ``kind`` (raw Kombu, or the relay's publisher), prepared
     before the clock and told to go at once."""
@@ -149,7 +195,7 @@ def _raw(
         started = time.perf_counter()
         for p in running:
             p.send_signal(signal.SIGUSR1)
-        rates = _watch(depth, events, started, running)
+        rates = _watch(depth, events, started, running, engine)
         for p in running:
             p.send_signal(signal.SIGUSR1)  # read: it may exit now
         for p in running:
@@ -164,7 +210,7 @@ def _relay(work: Workload, engine: sa.Engine, depth: _Depth, events: int) -> dic
         rows.insert_pending(engine, events)
         started = time.perf_counter()
         wal_start = _wal_lsn(engine)
-        rates = _watch(depth, events, started, w)
+        rates = _watch(depth, events, started, w, engine)
         deadline = time.monotonic() + 30
         while rows.unfinished(engine) and time.monotonic() < deadline:
             time.sleep(0.05)  # the last outcomes are recorded after the confirms
@@ -202,14 +248,16 @@ def run(
     processes: int,
     baselines: Sequence[str] = (),
     variants: Sequence[str] = (),
+    database: str = "postgresql",
 ) -> dict[str, Any]:
-    """Every mode ``reps`` times, taking turns; rates in msg/s and relay/raw ratios per rep.
+    """Every mode ``reps`` times, taking turns; rates in msg/s and relay/raw ratios per rep;
+    the relay on ``database`` (``postgresql`` or ``mariadb``).
 
     ``variants`` are the checkout's relay with other settings, each ``KEY=VALUE[,KEY=VALUE]``
     (``RELAY_BATCH_SIZE=500``), measured as one more mode named ``relay[KEY=VALUE]``."""
     runs: dict[str, list[dict[str, float]]] = {"raw_kombu": [], "relay_publisher": [], "relay": []}
     with contextlib.ExitStack() as stack:
-        url = stack.enter_context(services.database("versus"))
+        url = stack.enter_context(services.database("versus", database))
         route = stack.enter_context(services.route(amqp_url, "versus"))
         engine = sa.create_engine(url)
         stack.callback(engine.dispose)
@@ -219,7 +267,7 @@ def run(
         for rev in baselines:
             # Its own database, migrated by its own chain: its claim reads the indexes it made.
             path = stack.enter_context(_source_of(rev))
-            own = stack.enter_context(services.database("versus", source=path))
+            own = stack.enter_context(services.database("versus", database, source=path))
             own_engine = sa.create_engine(own)
             stack.callback(own_engine.dispose)
             runs[f"relay@{rev}"] = []
@@ -242,15 +290,16 @@ def run(
             # Each repetition starts with another mode, so none always runs first.
             for name in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
                 if name is None:
-                    runs["raw_kombu"].append(_raw(route, depth, events, processes))
+                    runs["raw_kombu"].append(_raw(route, depth, events, processes, engine))
                 elif name == PUBLISHER:
-                    runs[name].append(_raw(route, depth, events, processes, PUBLISHER))
+                    runs[name].append(_raw(route, depth, events, processes, engine, PUBLISHER))
                 else:
                     work, mode_engine = relays[name]
                     runs[name].append(_relay(work, mode_engine, depth, events))
                     rows.clear(mode_engine)
                 _check(route, events)
     out: dict[str, Any] = {"events": events, "processes": processes, "window": WINDOW}
+    out["database"] = database
     raw = [r["rate"] for r in runs["raw_kombu"]]
     for name, measured in runs.items():
         rates = [r["rate"] for r in measured]
@@ -258,6 +307,7 @@ def run(
         out[name]["from_start"] = summarize([r["rate_from_start"] for r in measured])
         for key in sorted(k for k in measured[0] if k.startswith(("cpu_", "wal_"))):
             out[name][key] = statistics.median(r[key] for r in measured)
+            out[name].setdefault("cpu_runs", {})[key] = [round(r[key], 1) for r in measured]
         if name != "raw_kombu":
             ratios = [a / b for a, b in zip(rates, raw, strict=True)]
             out[name]["vs_raw"] = {"median": statistics.median(ratios), "runs": ratios}
@@ -330,9 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--baseline", action="append", default=[], metavar="REV")
     p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]")
+    p.add_argument("--database", choices=["postgresql", "mariadb"], default="postgresql")
     p.add_argument("--out", type=Path, help="also write the result here as JSON")
     ns = p.parse_args(args)
-    result = run(services.AMQP_URL, ns.events, ns.reps, ns.processes, ns.baseline, ns.variant)
+    result = run(
+        services.AMQP_URL, ns.events, ns.reps, ns.processes, ns.baseline, ns.variant, ns.database
+    )
     text = json.dumps(result, indent=2)
     print(text)
     if ns.out is not None:

@@ -16,7 +16,7 @@ from relay.dispatch.cycle import Report
 from relay.dispatch.runtime import Runtime
 from relay.dispatch.stopping import StopGuard
 from relay.observe import heartbeat
-from relay.runners.process import dump_stacks_on, serve_metrics
+from relay.runners.process import dump_stacks_on, serve_metrics, settle_heap
 
 # The CLI's own logger: `relay dispatch` has always logged its start and end under "relay".
 log = logging.getLogger("relay")
@@ -31,6 +31,8 @@ def run(settings: Settings, *, once: bool, heartbeat_file: str | None = None) ->
     try:
         with Runtime(DEFAULT_NAME, settings) as runtime:
             relay = runtime.dispatcher()
+            if not once:
+                settle_heap()  # a process that relays until stopped
             log.info("relay %s starting: %s", relay.worker_id, settings.describe())
             if once:
                 report = relay.drain(budget_seconds=float("inf"))

@@ -3,9 +3,11 @@ how many rows the next claim reads (``relay.store.dispatch_path.claimsize``)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from relay.store.dispatch_path.claimsize import ClaimFit, fit_bytes, text_bytes
+from relay.store.dispatch_path.claimsize import ClaimFit, fit_bytes, rows_bytes, text_bytes
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,24 @@ def test_a_claimed_text_counts_bytes_as_the_database_does() -> None:
     assert (text_bytes('{"a": 1}'), text_bytes('"é"'), text_bytes(None)) == (8, 4, 0)
     assert (text_bytes(12345), text_bytes(b"\xff\x00"), text_bytes(1.5)) == (5, 2, 3)
     assert text_bytes("\ud800") == 3  # a lone surrogate
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [('{"a": 1}', None), ('"é"', '{"t": "x"}')],
+        [("\ud800", '{"k": "\ud83d"}'), ('"ok"', None)],  # lone surrogates, each alone
+        [(12345, None), ('{"a": 1}', b"\xff\x00"), (1.5, "0")],  # what SQLite may hand over
+        [],
+    ],
+)
+def test_claimed_rows_count_their_bytes_as_each_text_would(
+    texts: list[tuple[object, object]],
+) -> None:
+    """The batch's bytes (one joined pass where every text is a string) are the sum of what
+    each payload and headers text counts alone."""
+    rows = [SimpleNamespace(payload=p, headers=h) for p, h in texts]
+    assert rows_bytes(rows) == sum(text_bytes(p) + text_bytes(h) for p, h in texts)
 
 
 def test_claims_under_large_rows_read_only_about_what_fits() -> None:

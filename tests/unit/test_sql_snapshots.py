@@ -39,6 +39,7 @@ NOT_STATEMENTS = {
     "now",
     "now_plus",
     "fence_params",
+    "ids_params",
     "seconds_since",
     "claim",
     "lease_values",

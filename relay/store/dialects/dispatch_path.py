@@ -51,7 +51,7 @@ from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.dialects.holding import HeldRows
 from relay.store.dialects.keys import KeyHeads
-from relay.store.dispatch_path.claimsize import Ask, fit_bytes, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, fit_bytes, rows_bytes
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
@@ -304,6 +304,10 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """The rows whose ids are bound as ``ids``."""
         return outbox.c.id.in_(bindparam("ids", expanding=True))
 
+    def ids_params(self, ids: Sequence[int]) -> dict[str, Any]:
+        """The bind parameters of :meth:`_bound_ids` for ``ids``."""
+        return {"ids": list(ids)}
+
     def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
         """Lease the rows ``ids`` (locked by this transaction) as ``ask`` says and return them
         as claimed."""
@@ -335,10 +339,10 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             rows = self.claim_unordered(
                 conn, replace(ask, limit=unordered_limit, max_bytes=left_bytes)
             )
-            if left_bytes is not None:
-                left_bytes -= _claimed_bytes(rows)
         if not heads:
             return rows
+        if left_bytes is not None:  # counted only when runs behind heads follow
+            left_bytes -= _claimed_bytes(rows)
         ids = [h.id for h in heads]
         share = (limit - len(rows)) // len(heads)
         places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
@@ -393,4 +397,4 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
 def _claimed_bytes(rows: Sequence[Row[Any]]) -> int:
     """The bytes of claimed rows' payload and headers (their JSON texts), as
     :meth:`Dialect.row_bytes` counts them."""
-    return sum(text_bytes(row.payload) + text_bytes(row.headers) for row in rows)
+    return rows_bytes(rows)

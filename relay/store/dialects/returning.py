@@ -86,7 +86,7 @@ class ReturningDialect(Dialect):
 
     def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
         stmt = self.lease_statement(worker=ask.worker, lease_seconds=ask.lease_seconds)
-        return list(conn.execute(stmt, {"ids": list(ids)}).all())
+        return list(conn.execute(stmt, self.ids_params(ids)).all())
 
     def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
         """The database's own INSERT into ``table``, which can say ``ON CONFLICT``."""

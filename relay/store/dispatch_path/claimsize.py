@@ -7,8 +7,9 @@ Pure: no I/O, no clock, no third-party import; the dialects and the dispatch sto
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 
@@ -60,6 +61,17 @@ def text_bytes(text: object) -> int:
     return len(str(text))
 
 
+def rows_bytes(rows: Sequence[Any]) -> int:
+    """The bytes of claimed rows' payload and headers, as :func:`text_bytes` counts each: the
+    texts joined and measured in one pass of C when all are strings (always, but on SQLite),
+    instead of two Python calls a row."""
+    texts = [t for row in rows for t in (row.payload, row.headers) if t is not None]
+    try:
+        return text_bytes("".join(texts))
+    except TypeError:  # SQLite keeps a number or a blob as it was written
+        return sum(map(text_bytes, texts))
+
+
 @dataclass(slots=True)
 class ClaimFit:
     """How many rows a claim under a byte bound reads. A claim locks and sizes up to its row
@@ -87,4 +99,4 @@ class ClaimFit:
             self.cap *= 2
 
 
-__all__ = ["ClaimFit", "fit_bytes", "text_bytes"]
+__all__ = ["ClaimFit", "fit_bytes", "rows_bytes", "text_bytes"]

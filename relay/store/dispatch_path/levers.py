@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from relay.config.rate_limits import RateLimit, refilled, rest_seconds, takeable
 from relay.store.dialects.dispatch_path import Dialect
 from relay.store.dialects.levers import LeverStatements
-from relay.store.dispatch_path.claimsize import Ask, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, rows_bytes
 from relay.store.dispatch_path.floors import Floors
 from relay.store.dispatch_path.holds import Hold, Pauses
 
@@ -180,7 +180,7 @@ class Levers:
 
 
 def _bytes(rows: list[Row[Any]]) -> int:
-    return sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)
+    return rows_bytes(rows)
 
 
 __all__ = ["MAIN_RECHECK_SECONDS", "PAUSES_READ_SECONDS", "Levers"]

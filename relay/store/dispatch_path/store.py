@@ -18,7 +18,7 @@ from relay.config import Settings, timing
 from relay.config.rate_limits import RateLimit
 from relay.records import Buried, ClaimedEvent, Completed, Released, Rescheduled
 from relay.store.dialects.purge import RetentionStatements
-from relay.store.dispatch_path.claimsize import Ask, ClaimFit, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, ClaimFit, rows_bytes
 from relay.store.dispatch_path.levers import Levers
 from relay.store.engine import create_engine, json_loads_many
 from relay.store.schema.eventids import default_source
@@ -122,8 +122,7 @@ class DispatchStore(BaseStore):
         ask = Ask(worker, asked, lease_seconds, expired=expired, max_bytes=max_bytes)
         rows = self.levers.claim(conn, ask)
         if max_bytes is not None:
-            got_bytes = sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)
-            self._fit.claimed(asked, len(rows), got_bytes, max_bytes)
+            self._fit.claimed(asked, len(rows), rows_bytes(rows), max_bytes)
         return ordering.publish_order(ClaimedEvent.from_claims(rows, json_loads_many, self.source))
 
     def _record(

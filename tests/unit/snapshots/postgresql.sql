@@ -145,7 +145,7 @@ SELECT datname, tup_inserted + tup_updated + tup_deleted FROM pg_catalog.pg_stat
 
 -- delete_sent: Confirmed rows are deleted instead of marked sent, fenced as ``mark_sent``; bind
 DELETE FROM outbox WHERE outbox.id = ANY (array((SELECT o.id
-FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM unnest(CAST(%(ids)s::VARCHAR AS BIGINT[]), CAST(%(attempts)s::VARCHAR AS INTEGER[])) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
@@ -227,7 +227,7 @@ WHERE outbox.ordering_key = outbox_progress.ordering_key AND outbox.seq = outbox
 SELECT outbox.id
 FROM outbox
 WHERE outbox.id = ANY (array((SELECT o.id
-FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM unnest(CAST(%(ids)s::VARCHAR AS BIGINT[]), CAST(%(attempts)s::VARCHAR AS INTEGER[])) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
@@ -271,7 +271,7 @@ WHERE relay_inbox.received_at < now() + %(param_1)s * interval '1 second' ORDER 
 INSERT INTO outbox (event_type, payload, headers, ordering_key, next_retry_at, expires_at) VALUES (%(event_type)s::VARCHAR, %(payload)s::JSONB, %(headers)s::JSONB, %(ordering_key)s::VARCHAR, (now() + %(delay_seconds)s * interval '1 second'), (now() + %(expires_seconds)s * interval '1 second')) RETURNING outbox.id;
 
 -- lease_statement: Lease the rows bound as ``ids``, returning them.
-UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (%(ids)s::BIGINT[]) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (CAST(%(ids)s::VARCHAR AS BIGINT[])) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
 
 -- leases_by_holder: Processing rows per lease holder: how many, how many expired, first and last expiry.
 SELECT outbox.locked_by, count(*) AS rows, sum(CASE WHEN (outbox.locked_until < now()) THEN %(param_1)s::INTEGER ELSE %(param_2)s::INTEGER END) AS expired, min(outbox.locked_until) AS first_expiry, max(outbox.locked_until) AS last_expiry
@@ -290,7 +290,7 @@ FROM relay_pauses ORDER BY relay_pauses.id;
 
 -- mark_sent: Confirmed rows become sent; bind ``keys`` = [(id, attempt), ...].
 UPDATE outbox SET status='sent', locked_until=NULL, updated_at=now(), sent_at=now() WHERE outbox.id = ANY (array((SELECT o.id
-FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM unnest(CAST(%(ids)s::VARCHAR AS BIGINT[]), CAST(%(attempts)s::VARCHAR AS INTEGER[])) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
@@ -365,14 +365,14 @@ INSERT INTO relay_audit (id, at, actor, role, via, action, status, selector, mat
 
 -- release: Give rows back without spending their attempt (broker unreachable); bind ``keys``,
 UPDATE outbox SET status='pending', attempt=(outbox.attempt - %(attempt_1)s::INTEGER), next_retry_at=(now() + %(delay)s * interval '1 second'), locked_by=NULL, locked_until=NULL, last_error=%(error)s::VARCHAR, updated_at=now() WHERE outbox.id = ANY (array((SELECT o.id
-FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM unnest(CAST(%(ids)s::VARCHAR AS BIGINT[]), CAST(%(attempts)s::VARCHAR AS INTEGER[])) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
 
 -- renew: Extend the lease of rows still held; bind ``keys`` and ``lease_seconds``.
 UPDATE outbox SET locked_until=(now() + %(lease_seconds)s * interval '1 second') WHERE outbox.id = ANY (array((SELECT o.id
-FROM unnest(%(ids)s::BIGINT[], %(attempts)s::INTEGER[]) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
+FROM unnest(CAST(%(ids)s::VARCHAR AS BIGINT[]), CAST(%(attempts)s::VARCHAR AS INTEGER[])) AS k(id, attempt) JOIN LATERAL (SELECT outbox.id AS id
 FROM outbox
 WHERE outbox.id = k.id AND outbox.attempt = k.attempt AND coalesce(outbox.status, %(coalesce_1)s::VARCHAR) = 'processing' AND outbox.locked_by = %(locked_by_1)s::VARCHAR
  LIMIT %(param_1)s::INTEGER) AS o ON true))) AND outbox.locked_by = %(locked_by_2)s::VARCHAR;
