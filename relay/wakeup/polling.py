@@ -100,16 +100,16 @@ class SequenceWatch:
 class WatchPace:
     """When the PostgreSQL wake-up looks next (``relay.wakeup.watcher``): ``floor`` after a
     look that saw the sequence move (or looked for rows) and for ``hold`` seconds after it,
-    then doubling after each look that saw nothing up to ``ceiling`` while the relay is idle. Times are readings of one monotonic
-    clock, passed in.
+    then doubling after each look that saw nothing up to ``ceiling`` while the relay is idle.
+    Times are readings of one monotonic clock, passed in.
 
     A claim the relay makes anyway (its safety-net tick) looks at the rows too: it is
     :meth:`covered`, and the next look comes ``wait`` after the later of the last look and the
     last claim. When claims come every ``period`` seconds (the tick), a look due within
-    ``slack`` of the next claim (either side) is left to it, so an idle relay's safety-net claim takes one of
-    its looks' places instead of adding a transaction to them. A commit therefore waits at most
-    about ``ceiling`` for the look or claim that finds it (``slack`` more when that claim comes
-    late, one ``ceiling`` more when it does not come at all).
+    ``slack`` of the next claim (either side) is left to it, so an idle relay's safety-net
+    claim takes one of its looks' places instead of adding a transaction to them. A commit
+    therefore waits at most about ``ceiling`` for the look or claim that finds it (``slack``
+    more when that claim comes late, one ``ceiling`` more when it does not come at all).
     """
 
     floor: float
