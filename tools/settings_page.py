@@ -86,12 +86,14 @@ MEANING: dict[str, str] = {
     "retention_seconds": "sent rows older than this are deleted by `relay.purge_sent`",
     "purge_interval_seconds": "how often beat sends `relay.purge_sent`",
     "notify": "PostgreSQL: the commit-time wake-up. `relay dispatch --loop` (and one watcher "
-    "in beat) looks at the sequence of `outbox.id` every poll floor and claims when it moved; "
+    "in beat) looks at the sequence of `outbox.id` (every poll floor while it moves, backing "
+    "off to `RELAY_WATCH_IDLE_SECONDS`) and claims when it moved; "
     "writers run nothing for it, and it works through a transaction pooler "
     "([the wake-up](running.md#the-wake-up)). Off: poll only",
     "listen_url": "PostgreSQL: another URL of the same database for the wake-up's watcher; no "
     "longer needed behind a transaction pooler ([PostgreSQL in production](postgresql.md))",
-    "poll_floor_seconds": "how often the PostgreSQL wake-up looks at the id sequence; shortest "
+    "poll_floor_seconds": "how often the PostgreSQL wake-up looks at the id sequence while it "
+    "moves (and for a second after; then it backs off to `RELAY_WATCH_IDLE_SECONDS`); shortest "
     "wait of adaptive polling, doubling to the tick while idle; shortest gap between two "
     "wake-ups beat's watcher sends",
     "watch_idle_seconds": "PostgreSQL: the longest wait between two looks of the wake-up at "

@@ -97,7 +97,8 @@ class Settings:
     #: ``database_url``). No longer needed behind a pooler: the watcher needs no session.
     #: Logged with its password redacted, as ``database_url`` is.
     listen_url: str | None = None
-    #: How often the PostgreSQL wake-up looks at the outbox id sequence; the shortest wait of
+    #: How often the PostgreSQL wake-up looks at the outbox id sequence while it moves (and for
+    #: a second after, then backing off to ``watch_idle_seconds``); the shortest wait of
     #: adaptive polling after a claim found nothing (doubling up to the tick); the shortest gap
     #: between two wake-ups the Celery fleet's beat sends.
     poll_floor_seconds: float = 0.025
