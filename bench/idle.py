@@ -12,12 +12,13 @@ solo-pool worker), each on a fresh PostgreSQL database of its own, with nothing 
   consumer reads the broker);
 - first event: one event committed (plain SQL, the time noted just before ``COMMIT``) after
   that minute of silence, commit to consumer; then ``samples`` more, each after
-  ``gap`` seconds of silence (long enough for any back-off to reach its slowest look).
+  ``gap`` seconds of silence (long enough for any back-off to reach its slowest look) plus up
+  to 0.5 s at random, so that the commits fall at any moment between two looks.
 
 The runner is started, one event is delivered to warm it, and it rests ``settle`` seconds
 before the window opens. With ``--baseline REV`` the relay of that git revision runs the same
 way beside the checkout (its own database, migrated by its own chain: ``bench.versus``'s
-mechanism).
+mechanism; Celery runs in that source folder, as it imports ``-A relay`` from there).
 
 ``python -m bench.idle [--seconds 60] [--samples 5] [--gap 3] [--baseline REV ...]``
 """
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import statistics
 import time
 import uuid
@@ -44,6 +46,8 @@ DISPATCH, CELERY = "relay dispatch --loop", "beat + 1 Celery worker"
 RUNNERS = (DISPATCH, CELERY)
 #: Seconds the runner rests after its warm-up event before the window opens.
 SETTLE_SECONDS = 5.0
+#: Up to this much is added at random to each sample's silence (a fixed seed).
+JITTER_SECONDS = 0.5
 
 
 def descendants(pids: Sequence[int]) -> list[int]:
@@ -95,11 +99,12 @@ def _first_event(engine: sa.Engine, arrivals: Arrivals, n: int) -> float:
 
 
 @contextlib.contextmanager
-def _runner(runner: str, env: dict[str, str]) -> Iterator[list[int]]:
+def _runner(runner: str, env: dict[str, str], source: str | None) -> Iterator[list[int]]:
     if runner == DISPATCH:
         started = procs.workers(procs.relay_command(), env, 1, ready=procs.RELAY_READY)
     else:
-        started = procs.celery_fleet(env, 1)
+        # Celery puts its working directory first on sys.path: run it in the revision's source.
+        started = procs.celery_fleet(env, 1, workdir=source)
     with started as running:
         yield [p.pid for p in running]
 
@@ -127,7 +132,7 @@ def one(
             env["PYTHONPATH"] = source
         engine = sa.create_engine(url)
         try:
-            with Arrivals(services.AMQP_URL, exchange) as arrivals, _runner(runner, env) as pids:
+            with Arrivals(services.AMQP_URL, exchange) as arrivals, _runner(runner, env, source) as pids:
                 warm = _first_event(engine, arrivals, 0)
                 time.sleep(SETTLE_SECONDS)  # the quiet before the window, not synchronization
                 every = descendants(pids)
@@ -139,8 +144,11 @@ def one(
                 xacts = transactions(admin, database) - xact0
                 first = _first_event(engine, arrivals, 1)
                 later = []
+                jitter = random.Random(51)
                 for n in range(samples):
-                    time.sleep(gap)  # silence before each sample
+                    # Silence before each sample, jittered so that the commits do not keep one
+                    # phase against a watcher's periodic looks (an arrival, then exactly gap).
+                    time.sleep(gap + jitter.random() * JITTER_SECONDS)
                     later.append(_first_event(engine, arrivals, 2 + n))
         finally:
             engine.dispose()
