@@ -132,7 +132,10 @@ def one(
             env["PYTHONPATH"] = source
         engine = sa.create_engine(url)
         try:
-            with Arrivals(services.AMQP_URL, exchange) as arrivals, _runner(runner, env, source) as pids:
+            with (
+                Arrivals(services.AMQP_URL, exchange) as arrivals,
+                _runner(runner, env, source) as pids,
+            ):
                 warm = _first_event(engine, arrivals, 0)
                 time.sleep(SETTLE_SECONDS)  # the quiet before the window, not synchronization
                 every = descendants(pids)
