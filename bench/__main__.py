@@ -24,6 +24,7 @@ from bench import (
     console,
     costs,
     fairness,
+    idle,
     jetstream,
     latency,
     migrations,
@@ -136,6 +137,11 @@ class Plan:
     migrations_pg_rows: int = 1_000_000
     migrations_mariadb_rows: int = 300_000
     migrations_report_seconds: float = 8.0
+    #: bench.idle (issue 51): seconds of the idle window, first-event samples after it and the
+    #: silence before each.
+    idle_seconds: float = 60.0
+    idle_samples: int = 5
+    idle_gap: float = 3.0
 
 
 FULL = Plan(
@@ -240,6 +246,9 @@ QUICK = Plan(
     migrations_pg_rows=20_000,
     migrations_mariadb_rows=10_000,
     migrations_report_seconds=2.0,
+    idle_seconds=10.0,
+    idle_samples=2,
+    idle_gap=2.0,
 )
 
 #: The setting the ``delete_on_send`` section runs the relay with beside its defaults.
@@ -324,6 +333,8 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "migrations": lambda p: migrations.run(
         p.migrations_pg_rows, p.migrations_mariadb_rows, p.migrations_report_seconds
     ),
+    # Issue 51: an idle relay's CPU and database transactions, and its first event after them.
+    "idle": lambda p: idle.run(p.idle_seconds, p.idle_samples, p.idle_gap, p.baselines),
 }
 
 
@@ -345,7 +356,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="REV",
-        help="versus: also run the relay of this git revision (repeatable)",
+        help="versus, idle: also run the relay of this git revision (repeatable)",
     )
     p.add_argument(
         "--variant",

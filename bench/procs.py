@@ -76,17 +76,21 @@ def workers(
 
 
 @contextlib.contextmanager
-def celery_fleet(env: Mapping[str, str], workers_count: int) -> Iterator[Procs]:
+def celery_fleet(
+    env: Mapping[str, str], workers_count: int, workdir: str | None = None
+) -> Iterator[Procs]:
     """One beat and ``workers_count`` solo-pool workers on ``RELAY_QUEUE``, all ready; stopped
-    (then killed) at exit, and their task queue deleted."""
+    (then killed) at exit, and their task queue deleted. ``workdir``: where Celery runs, which
+    it puts first on ``sys.path`` (another revision's source: ``-A relay`` imports that one)."""
     queue = env["RELAY_QUEUE"]
     common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
+    where = [] if workdir is None else ["--workdir", workdir]
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         stack.callback(services.delete_queue, queue, env["RELAY_BROKER_URL"])
-        beat = [CELERY, "-A", "relay", "beat", "-l", "INFO", "-s", f"{tmp}/schedule"]
+        beat = [CELERY, *where, "-A", "relay", "beat", "-l", "INFO", "-s", f"{tmp}/schedule"]
         running = stack.enter_context(workers(beat, env, 1, ready="beat: Starting..."))
         for i in range(workers_count):
-            argv = [CELERY, "-A", "relay", "worker", "-n", f"w{i}.{queue}@%h", "-Q", queue]
+            argv = [CELERY, *where, "-A", "relay", "worker", "-n", f"w{i}.{queue}@%h", "-Q", queue]
             argv += ["--pool", "solo", *common]
             running += stack.enter_context(workers(argv, env, 1, ready=" ready."))
         yield running

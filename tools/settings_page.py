@@ -86,14 +86,21 @@ MEANING: dict[str, str] = {
     "retention_seconds": "sent rows older than this are deleted by `relay.purge_sent`",
     "purge_interval_seconds": "how often beat sends `relay.purge_sent`",
     "notify": "PostgreSQL: the commit-time wake-up. `relay dispatch --loop` (and one watcher "
-    "in beat) looks at the sequence of `outbox.id` every poll floor and claims when it moved; "
+    "in beat) looks at the sequence of `outbox.id` (every poll floor while it moves, backing "
+    "off to `RELAY_WATCH_IDLE_SECONDS`) and claims when it moved; "
     "writers run nothing for it, and it works through a transaction pooler "
     "([the wake-up](running.md#the-wake-up)). Off: poll only",
     "listen_url": "PostgreSQL: another URL of the same database for the wake-up's watcher; no "
     "longer needed behind a transaction pooler ([PostgreSQL in production](postgresql.md))",
-    "poll_floor_seconds": "how often the PostgreSQL wake-up looks at the id sequence; shortest "
+    "poll_floor_seconds": "how often the PostgreSQL wake-up looks at the id sequence while it "
+    "moves (and for a second after; then it backs off to `RELAY_WATCH_IDLE_SECONDS`); shortest "
     "wait of adaptive polling, doubling to the tick while idle; shortest gap between two "
     "wake-ups beat's watcher sends",
+    "watch_idle_seconds": "PostgreSQL: the longest wait between two looks of the wake-up at "
+    "the id sequence while nothing moves (it looks every poll floor after a move, doubling to "
+    "this). A commit after a quiet spell waits at most about this long for its first claim; "
+    "an idle watcher makes `1 / this` database transactions a second, less the one the tick's "
+    "claim takes instead ([what wakes an idle relay](running.md#what-wakes-an-idle-relay))",
     "metrics_port": "Prometheus endpoint (`/metrics`) of `relay dispatch --loop` and of "
     "`celery -A relay worker` ([metrics](operations.md#metrics)); unset: no endpoint, nothing "
     "counted",
@@ -162,6 +169,13 @@ def _derived() -> dict[str, Callable[[], str]]:
             f"on PostgreSQL with the wake-up, above {_n(POLLED_TICK_SECONDS)} elsewhere "
             f"(`RELAY_POLL_FLOOR_SECONDS=2` gives a tick of "
             f"{_n(_s(poll_floor_seconds=2.0).tick_seconds)})"
+        ),
+        "watch_idle_seconds": lambda: (
+            f"unset: {_n(Settings(database_url=PG).watch_idle_seconds)}, at most the tick and "
+            f"at least the poll floor (`RELAY_TICK_SECONDS=0.1` gives "
+            f"{_n(_s(tick_seconds=0.1).watch_idle_seconds)}). Set above the default tick, the "
+            f"tick grows to it (`RELAY_WATCH_IDLE_SECONDS=2` gives a tick of "
+            f"{_n(_s(database_url=PG, watch_idle_seconds=2.0).tick_seconds)})"
         ),
         "queue": lambda: f"unset while `RELAY_EXCHANGE=relay`: `{_s(exchange='relay').queue}`",
         "exchange": lambda: f"unset while `RELAY_QUEUE=outbox`: `{_s(queue='outbox').exchange}`",

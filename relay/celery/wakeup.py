@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
-from relay.celery.names import CLAIM_AND_DISPATCH
+from relay.celery.names import CLAIM_AND_DISPATCH, TICK
 from relay.config import Settings
 from relay.config.databases import Fleet
 from relay.produce import enqueue as producer
@@ -140,7 +140,16 @@ def watch_in_beat(app: Celery, fleet: Fleet) -> Callable[..., None]:
             only = fleet.members[0]
             s = only.settings
             waker = Waker(app, s, min_interval=s.poll_floor_seconds, one_queued=True)
-            Runtime(only.name, s).watcher(waker)
+            watcher = Runtime(only.name, s).watcher(waker)
+            covered = getattr(watcher, "covered", None)
+            if covered is not None:
+                # The tick beat sends is a claim: it takes the place of one of the watcher's
+                # idle looks (relay.wakeup.polling.WatchPace) instead of adding to them.
+                def on_publish(sender: Any = None, **_: Any) -> None:
+                    if sender == TICK:
+                        covered()
+
+                signals.before_task_publish.connect(on_publish, weak=False)
             return
         # One watcher per PostgreSQL *server* (not per database), waking each database's own
         # drain; a queued task of another database drains nothing of this one, so no

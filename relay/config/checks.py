@@ -39,8 +39,17 @@ def validate(self: Any) -> None:
         ("RELAY_TICK_SECONDS", self.tick_seconds),
         ("RELAY_POLL_FLOOR_SECONDS", self.poll_floor_seconds),
         ("RELAY_CONFIRM_TIMEOUT_SECONDS", self.confirm_timeout_seconds),
+        ("RELAY_WATCH_IDLE_SECONDS", self.watch_idle_seconds),
     ):
         check(value > 0, var, value, "must be > 0")
+    check(
+        self.poll_floor_seconds <= self.watch_idle_seconds <= self.tick_seconds,
+        "RELAY_WATCH_IDLE_SECONDS",
+        self.watch_idle_seconds,
+        f"must be between RELAY_POLL_FLOOR_SECONDS={self.poll_floor_seconds!r} and "
+        f"RELAY_TICK_SECONDS={self.tick_seconds!r} (the wake-up's looks back off from the "
+        "floor up to it)",
+    )
     check(
         self.backoff_max_seconds >= self.backoff_base_seconds,
         "RELAY_BACKOFF_MAX_SECONDS",

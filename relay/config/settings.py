@@ -97,10 +97,17 @@ class Settings:
     #: ``database_url``). No longer needed behind a pooler: the watcher needs no session.
     #: Logged with its password redacted, as ``database_url`` is.
     listen_url: str | None = None
-    #: How often the PostgreSQL wake-up looks at the outbox id sequence; the shortest wait of
+    #: How often the PostgreSQL wake-up looks at the outbox id sequence while it moves (and for
+    #: a second after, then backing off to ``watch_idle_seconds``); the shortest wait of
     #: adaptive polling after a claim found nothing (doubling up to the tick); the shortest gap
     #: between two wake-ups the Celery fleet's beat sends.
     poll_floor_seconds: float = 0.025
+    #: PostgreSQL: the longest wait between two looks of the wake-up at the outbox id sequence
+    #: while nothing moves; it looks ``poll_floor_seconds`` after a move, doubling to this. A
+    #: commit after a quiet spell waits at most about this long for the look that finds it; an
+    #: idle watcher costs ``1 / this`` statements (and database transactions) a second, less
+    #: the one the tick's claim takes instead.
+    watch_idle_seconds: float = 0.25
     #: Port of the Prometheus endpoint of ``relay dispatch --loop`` and of relay Celery workers
     #: (``relay.observe.metrics``); None: no endpoint, no metrics kept.
     metrics_port: int | None = None
@@ -176,12 +183,19 @@ class Settings:
             self._derive(base, min(_DEFAULTS[base], self.backoff_max_seconds))
         if self.retention_seconds == 0:
             self._derive("delete_on_send", True)
-        floor, tick = "poll_floor_seconds", "tick_seconds"
+        floor, tick, watch = "poll_floor_seconds", "tick_seconds", "watch_idle_seconds"
+        watch_set = self._is_set(watch)
+        if watch_set and self.watch_idle_seconds > 0:  # (else refused, naming it)
+            self._derive(floor, min(_DEFAULTS[floor], self.watch_idle_seconds))
         if self._is_set(tick):
             self._derive(floor, min(_DEFAULTS[floor], self.tick_seconds))
         else:
             default_tick = _DEFAULTS[tick] if self.notified else POLLED_TICK_SECONDS
-            self._derive(tick, max(default_tick, self.poll_floor_seconds))
+            above = max(self.poll_floor_seconds, self.watch_idle_seconds if watch_set else 0)
+            self._derive(tick, max(default_tick, above))
+        if not watch_set:
+            capped = min(_DEFAULTS[watch], self.tick_seconds)
+            self._derive(watch, max(self.poll_floor_seconds, capped))
         # Names that would collide with a default take a suffix instead of refusing to start.
         if self._is_set("exchange"):
             self._derive(

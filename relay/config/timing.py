@@ -52,6 +52,10 @@ HEARTBEATS_PER_INTERVAL = 3
 RECORD_RETRY_FIRST_SECONDS, RECORD_RETRY_MAX_SECONDS = 0.05, 2.0
 #: First and longest wait of ``dispatch --loop`` while the database is unreachable.
 DATABASE_RETRY_FIRST_SECONDS, DATABASE_RETRY_MAX_SECONDS = 0.1, 5.0
+#: The wake-up's watcher keeps looking every poll floor for this long after it last saw the
+#: outbox id sequence move, then backs off to ``RELAY_WATCH_IDLE_SECONDS``: a load that
+#: resumes after a short pause meets a quick look, and an idle relay still looks rarely.
+WATCH_HOLD_SECONDS = 1.0
 #: First and longest wait of the wake-up's watcher while the database is unreachable.
 WATCH_RETRY_FIRST_SECONDS, WATCH_RETRY_MAX_SECONDS = 0.1, 5.0
 
@@ -109,6 +113,10 @@ STOP_SECONDS = 10.0
 #: Past this share of :data:`STOP_SECONDS` after SIGTERM a relay still stopping warmly prints
 #: its stacks and exits at once; the rest is the margin for that and for the supervisor.
 STOP_FORCE_SHARE = 0.8
+#: A Celery worker process records the tick's heartbeat (``relay_heartbeats``, read by ``relay
+#: doctor``, which warns after 60 s) at most this often: one transaction per tick was a fifth
+#: of an idle fleet's database transactions.
+TICK_RECORD_SECONDS = 10.0
 #: A loop resting (idle, or waiting out an outage) still beats its heartbeat this often.
 HEARTBEAT_REST_SECONDS = 1.0
 #: Liveness: a healthy loop beats at least once per this many leases plus one confirm wait

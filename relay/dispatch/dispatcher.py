@@ -155,6 +155,7 @@ class Dispatcher:
         idle_seconds: float | None = None,
         wake: threading.Event | None = None,
         on_pass: Callable[[], None] | None = None,
+        on_claim: Callable[[], None] | None = None,
     ) -> Report:
         """Drain until ``stop`` is set; when a drain found nothing claimable left (never merely
         because a batch came back short), rest until ``wake`` is set or the tick passes.
@@ -169,7 +170,8 @@ class Dispatcher:
         ``on_pass`` runs at the start of every pass and every
         :data:`~relay.config.timing.HEARTBEAT_REST_SECONDS` of a rest (a liveness heartbeat):
         a relay waiting out an outage (its breaker open, the database's retry backoff) is alive,
-        one stuck in a drain is not.
+        one stuck in a drain is not. ``on_claim`` runs just before every drain (the watcher
+        counts the claim as one of its looks).
         """
         if idle_seconds is not None:
             idle = idle_seconds
@@ -190,6 +192,8 @@ class Dispatcher:
                 on_pass()
             if wake is not None:
                 wake.clear()  # before the claim: a wake-up during the drain rings again
+            if on_claim is not None:
+                on_claim()
             try:
                 report = self.drain(stop=stop)
             except StoreError as exc:

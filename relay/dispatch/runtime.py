@@ -239,7 +239,12 @@ class Runtime:
             s.listen_connection_url, pool_size=2, variable=s.listen_variable, **options
         )
         return watcher.SequenceWatcher(
-            store, on_wake, s.poll_floor_seconds, on_unwatchable=on_unwatchable
+            store,
+            on_wake,
+            s.poll_floor_seconds,
+            idle=s.watch_idle_seconds,
+            period=s.tick_seconds,
+            on_unwatchable=on_unwatchable,
         ).start()
 
     def watcher(self, on_found: Callable[[], None]) -> SequenceWatcher | Poller:

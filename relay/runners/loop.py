@@ -78,7 +78,8 @@ def _loop(runtime: Runtime, beat: Callable[[], None] | None, guard: StopGuard) -
         )
     retention = runtime.purge_loop()
     try:
-        report = relay.loop(until, wake=wake if watching else None, on_pass=beat)
+        covered = None if watching is None else watching.covered
+        report = relay.loop(until, wake=wake if watching else None, on_pass=beat, on_claim=covered)
         if not stop.is_set():
             report.add(relay.loop(stop, on_pass=beat))
         return report

@@ -5,6 +5,7 @@ in; nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -93,3 +94,61 @@ class SequenceWatch:
         """The transaction id taken after a look that :attr:`wants_horizon`."""
         self.horizon = xid if self.horizon is None else max(self.horizon, xid)
         self.wants_horizon = False
+
+
+@dataclass(slots=True)
+class WatchPace:
+    """When the PostgreSQL wake-up looks next (``relay.wakeup.watcher``): ``floor`` after a
+    look that saw the sequence move (or looked for rows) and for ``hold`` seconds after it,
+    then doubling after each look that saw nothing up to ``ceiling`` while the relay is idle.
+    Times are readings of one monotonic clock, passed in.
+
+    A claim the relay makes anyway (its safety-net tick) looks at the rows too: it is
+    :meth:`covered`, and the next look comes ``wait`` after the later of the last look and the
+    last claim. When claims come every ``period`` seconds (the tick), a look due within
+    ``slack`` of the next claim (either side) is left to it, so an idle relay's safety-net
+    claim takes one of its looks' places instead of adding a transaction to them. A commit
+    therefore waits at most about ``ceiling`` for the look or claim that finds it (``slack``
+    more when that claim comes late, one ``ceiling`` more when it does not come at all).
+    """
+
+    floor: float
+    ceiling: float
+    #: The interval of the claims that cover looks (None: none are expected).
+    period: float | None = None
+    slack: float = 0.02
+    #: Seconds the looks stay at the floor after the last active one before backing off, so
+    #: that events a moment apart (a trickle, a load after a short pause) are not each met by
+    #: a backed-off look.
+    hold: float = 0.0
+    wait: float = 0.0
+    last_look: float | None = None
+    last_cover: float | None = None
+    last_active: float | None = None
+
+    def looked(self, at: float, *, active: bool) -> None:
+        """A look at ``at``; ``active``: it saw the sequence move or looked for rows."""
+        self.last_look = at
+        if active:
+            self.last_active = at
+        held = self.last_active is not None and at - self.last_active < self.hold
+        if active or held:
+            self.wait = self.floor
+        else:
+            self.wait = min(self.ceiling, max(self.floor, self.wait * 2))
+
+    def covered(self, at: float) -> None:
+        """A claim started at ``at``: it sees every row committed before it."""
+        self.last_cover = at if self.last_cover is None else max(self.last_cover, at)
+
+    def due(self) -> float:
+        """When the next look is due (the first look: at once)."""
+        if self.last_look is None:
+            return -math.inf
+        last = self.last_look if self.last_cover is None else max(self.last_look, self.last_cover)
+        due = last + self.wait
+        if self.period is not None and self.last_cover is not None:
+            claim = self.last_cover + self.period
+            if abs(claim - due) <= self.slack:
+                return claim + self.wait
+        return due

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from relay.policy import Backoff
 from relay.store.dispatch_path.sequence import SequenceReader
 from relay.store.dispatch_path.store import DispatchStore
 from relay.threads import Background
-from relay.wakeup.polling import IdlePoll, SequenceWatch
+from relay.wakeup.polling import IdlePoll, SequenceWatch, WatchPace
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,17 @@ class SequenceWatcher(Background):
         on_wake: Callable[[], None],
         floor: float,
         *,
+        idle: float | None = None,
+        period: float | None = None,
         on_unwatchable: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("relay-watch", self.run)
         self.store, self.on_wake, self.floor = store, on_wake, floor
+        #: When to look (floor after activity, doubling to ``idle``; claims every ``period``
+        #: take a look's place): :class:`~relay.wakeup.polling.WatchPace`.
+        ceiling = floor if idle is None else max(floor, idle)
+        self.pace = WatchPace(floor, ceiling, period, hold=timing.WATCH_HOLD_SECONDS)
+        self._pace_lock = threading.Lock()
         self.on_unwatchable = on_unwatchable
         self.reader = SequenceReader(store)
         self.rule = SequenceWatch()
@@ -91,6 +99,8 @@ class SequenceWatcher(Background):
         backoff = Backoff(timing.WATCH_RETRY_FIRST_SECONDS, timing.WATCH_RETRY_MAX_SECONDS)
         wait, troubled = 0.0, False
         while not self._stop.wait(wait):
+            if not troubled and (wait := self._until_due()) > 0:
+                continue  # a claim covered the look that was due: the next one is later
             try:
                 self.step()
             except StoreError as exc:
@@ -118,8 +128,19 @@ class SequenceWatcher(Background):
                 continue
             if troubled:
                 log.warning("relay wake-up reached the database again; looking for rows")
-            troubled, wait = False, self.floor
+            troubled = False
+            wait = self._until_due()
             backoff.reset()
+
+    def covered(self) -> None:
+        """A claim starts now (the relay's own, or the tick's): it finds every row committed
+        before it, so it counts as a look (:meth:`WatchPace.covered`)."""
+        with self._pace_lock:
+            self.pace.covered(time.monotonic())
+
+    def _until_due(self) -> float:
+        with self._pace_lock:
+            return self.pace.due() - time.monotonic()
 
     def step(self) -> bool:
         """One look at the sequence and, when the rule asks, one look for rows; returns whether
@@ -129,10 +150,13 @@ class SequenceWatcher(Background):
             if self.sequence is None:
                 raise StoreError("outbox.id has no sequence (was the table made by relay migrate?)")
             log.info("relay wake-up watching %s (%s)", self.sequence, self._where)
+        at = time.monotonic()
         look = self.reader.look(self.sequence)
         self.looks += 1
         self.watching.set()
         wanted = self.rule.observe(look.value, look.xmin)
+        with self._pace_lock:
+            self.pace.looked(at, active=wanted)
         if self.rule.wants_horizon:
             self.rule.hold(self.reader.horizon())
         if not wanted:
