@@ -49,9 +49,7 @@ class ReturningDialect(Dialect):
     ) -> Update:
         """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
         the bound bytes: :meth:`within_bytes`), returning them."""
-        picked: Any = self.unordered_ids(
-            limit, expired=expired, sized=sized, hold=hold, floored=floored
-        )
+        picked: Any = self.unordered_ids(limit, expired=expired, hold=hold, floored=floored)
         if sized:
             picked = self.within_bytes(picked)
         return (
