@@ -52,7 +52,7 @@ from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.dialects.holding import HeldRows
 from relay.store.dialects.keys import KeyHeads
-from relay.store.dispatch_path.claimsize import Ask, fit_bytes, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, RunEnd, fit_bytes, text_bytes
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
@@ -333,7 +333,10 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         if max_bytes is not None and heads:
             heads = heads[: fit_bytes((h.size for h in heads), max_bytes // 2)]
             left_bytes = max_bytes - sum(h.size for h in heads)
-        unordered_limit = (limit - len(heads)) // (2 if heads else 1)
+        # The keys whose run this worker has in flight go on from their last number held.
+        followed = [RunEnd(key, seq) for key, seq in ask.following]
+        keyed = len(heads) + len(followed)
+        unordered_limit = (limit - keyed) // (2 if keyed else 1)
         rows: list[Row[Any]] = []
         if unordered_limit:
             rows = self.claim_unordered(
@@ -341,15 +344,16 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             )
             if left_bytes is not None:
                 left_bytes -= _claimed_bytes(rows)
-        if not heads:
+        if not keyed:
             return rows
         ids = [h.id for h in heads]
-        share = (limit - len(rows)) // len(heads)
-        places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
+        share = (limit - len(rows) - len(ids)) // keyed
+        places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share + 1)]
+        places += [(f.ordering_key, f.seq + i) for f in followed for i in range(1, share + 1)]
         run_bytes = None if left_bytes is None else max(left_bytes, 0)
         if places and run_bytes != 0:
             found = conn.execute(self.run_statement(ask.hold), self.run_params(places)).all()
-            run = cut_runs(heads, found, run_bytes)
+            run = cut_runs([*heads, *followed], found, run_bytes)
             ids += run
             if left_bytes is not None:
                 sizes = {r.id: r.size for r in found}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 
@@ -20,7 +21,9 @@ class Ask:
     that many bytes of payload and headers, the first row whatever its size if
     ``first_anyway``; rows ``hold`` holds back (paused, or left to a rate limit's lane) are
     left alone, and with a ``floor`` the pending unordered rows are read from that id on
-    (``relay.store.dispatch_path.floors``)."""
+    (``relay.store.dispatch_path.floors``). ``following`` names the keys whose run the
+    worker has in flight, each with the last number it holds: the claim may lease each one's
+    next run (the numbers after it), which no other worker can claim while that run is held."""
 
     worker: str
     limit: int
@@ -30,6 +33,16 @@ class Ask:
     first_anyway: bool = True
     hold: Hold = NO_HOLD
     floor: int | None = None
+    following: tuple[tuple[str, int], ...] = ()
+
+
+class RunEnd(NamedTuple):
+    """A key whose run a claiming worker has in flight, and the last number of that run:
+    where :func:`relay.ordering.cut_runs` starts the key's next run (as it does after a
+    head)."""
+
+    ordering_key: str
+    seq: int
 
 
 def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> int:
@@ -89,4 +102,4 @@ class ClaimFit:
             self.cap *= 2
 
 
-__all__ = ["ClaimFit", "fit_bytes", "text_bytes"]
+__all__ = ["Ask", "ClaimFit", "RunEnd", "fit_bytes", "text_bytes"]
