@@ -50,3 +50,17 @@ def test_claims_under_large_rows_read_only_about_what_fits() -> None:
     assert fit.ask(100) == 100
     fit.claimed(100, 100, 20_000, 4_194_304)  # ordinary rows never set a cap
     assert fit.cap is None
+
+
+def test_claims_size_rows_after_locking_them_only_while_rows_are_large() -> None:
+    """Until a claim shows small rows, and again once rows average over 1/1024 of the bound,
+    the next claim sizes its rows after locking them (whatever plan its lanes get); small rows
+    are sized where the lanes read them, a lookup cheaper."""
+    fit = ClaimFit()
+    assert fit.size_late
+    fit.claimed(100, 100, 20_000, 16_777_216)  # 200-byte rows
+    assert not fit.size_late
+    fit.claimed(100, 0, 0, 16_777_216)  # nothing found says nothing
+    assert not fit.size_late
+    fit.claimed(100, 18, 16_588_800, 16_777_216)  # 900 KiB rows
+    assert fit.size_late

@@ -190,6 +190,7 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         *,
         locked: bool = True,
         expired: bool = True,
+        sized: bool = False,
         hold: Hold = NO_HOLD,
         floored: bool = False,
     ) -> CompoundSelect[Any] | Select[Any]:
@@ -203,16 +204,20 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         not (an entry per row claimed since the last vacuum), so a claim reads it only when
         ``expired`` (:class:`relay.store.dispatch_path.lease_sweep.LeaseSweep`): without, the
         pending lane alone.
-        Rows ``hold`` holds back are skipped (:meth:`holding`); ``floored``, the pending lane
+        ``sized`` adds each row's size (:meth:`row_bytes`), read while the lane holds it;
+        rows ``hold`` holds back are skipped (:meth:`holding`); ``floored``, the pending lane
         starts at the id bound as ``floor`` (:meth:`pending_lane`)."""
         wanted: list[tuple[ColumnElement[bool], tuple[ColumnElement[Any], ...]]] = [
             (self.pending_lane(floored), (outbox.c.id,))
         ]
         if expired:
             wanted.insert(0, (self.expired_unordered(), (outbox.c.locked_until, outbox.c.id)))
+        columns: tuple[ColumnElement[Any], ...] = (outbox.c.id,)
+        if sized:
+            columns += (self.row_bytes().label("size"),)
         lanes = []
         for due, order in wanted:
-            lane = select(outbox.c.id).where(outbox.c.seq.is_(None), due, *self.holding(hold))
+            lane = select(*columns).where(outbox.c.seq.is_(None), due, *self.holding(hold))
             lane = lane.order_by(*order).limit(limit)
             rows = (self.lock(lane) if locked else lane).subquery()
             lanes.append(select(*rows.c))
@@ -232,23 +237,31 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """The bind parameters of a statement built ``floored`` (none otherwise)."""
         return {} if floor is None else {"floor": floor}
 
-    def within_bytes(self, picked: CompoundSelect[Any] | Select[Any]) -> Select[Any]:
-        """The ids of ``picked`` up to the byte bound, oldest first: a running total of their
-        sizes (:meth:`row_bytes`) in id order, kept while it stays within ``max_bytes``; the
-        first row whatever its size when ``first_anyway`` is bound true.
+    def within_bytes(
+        self, picked: CompoundSelect[Any] | Select[Any], *, late: bool = False
+    ) -> Select[Any]:
+        """The ids of ``picked`` (``id``, ``size``; with ``late``, ``id`` alone) up to the byte
+        bound, oldest first: a running total of their sizes in id order, kept while it stays
+        within ``max_bytes``; the first row whatever its size when ``first_anyway`` is bound
+        true.
 
-        The sizes and the window run a level above the lanes' locking reads (no window
-        function may share a level with FOR UPDATE), over the at most ``limit`` rows they
-        locked: whatever plan the lanes get, no other row is sized (sizing renders a row's
-        JSON, 3-5 ms for 900 KB on PostgreSQL; a lane planned as a sort over every pending
-        row, as on a table never analyzed, sized the whole backlog at each claim). The rows
-        it leaves out stay locked only until the claim commits."""
-        ids = picked.subquery()
-        # A subquery per row, not a join: each is one primary key lookup, where a join may be
-        # planned as a hash over the whole table.
-        read = outbox.alias("sized_row")
-        size = select(self.row_bytes(read)).where(read.c.id == ids.c.id).scalar_subquery()
-        rows = select(ids.c.id, size.label("size")).subquery()
+        The window runs a level above the lanes' locking reads (no window function may share
+        a level with FOR UPDATE), over the at most ``limit`` rows they locked; the rows it
+        leaves out stay locked only until the claim commits. With ``late`` the sizes
+        (:meth:`row_bytes`) are read at that level too, one primary key lookup per locked row,
+        so that whatever plan the lanes get no other row is sized: sizing renders a row's JSON
+        (3-5 ms for 900 KB on PostgreSQL), and a lane planned as a sort over every pending row,
+        as on a table never analyzed, sized the whole backlog at each claim. The lookups cost
+        a few microseconds a row, so the store asks for it only while rows are large
+        (:class:`~relay.store.dispatch_path.claimsize.ClaimFit`)."""
+        rows = picked.subquery()
+        if late:
+            # A subquery per row, not a join (which may be planned as a hash over the whole
+            # table); OFFSET 0 keeps the level apart: merged into the window's, the size was
+            # read twice per row.
+            read = outbox.alias("sized_row")
+            size = select(self.row_bytes(read)).where(read.c.id == rows.c.id).scalar_subquery()
+            rows = select(rows.c.id, size.label("size")).offset(0).subquery()
         total = func.sum(rows.c.size).over(order_by=rows.c.id)
         sized = select(rows.c.id, rows.c.size, total.label("upto")).subquery()
         first = and_(sized.c.upto == sized.c.size, FIRST_ANYWAY)
@@ -333,8 +346,9 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         if max_bytes is not None and heads:
             heads = heads[: fit_bytes((h.size for h in heads), max_bytes // 2)]
             left_bytes = max_bytes - sum(h.size for h in heads)
-        # The keys whose run this worker has in flight go on from their last number held.
-        followed = [RunEnd(key, seq) for key, seq in ask.following]
+        # The keys whose run this worker has in flight go on from their last number held, when
+        # no other key's head is free: a worker does not hoard keys other workers could take.
+        followed = [] if heads else [RunEnd(key, seq) for key, seq in ask.following]
         keyed = len(heads) + len(followed)
         unordered_limit = (limit - keyed) // (2 if keyed else 1)
         rows: list[Row[Any]] = []

@@ -34,6 +34,8 @@ class Ask:
     hold: Hold = NO_HOLD
     floor: int | None = None
     following: tuple[tuple[str, int], ...] = ()
+    #: Size the rows after locking them (``Dialect.within_bytes``): while rows are large.
+    size_late: bool = False
 
 
 class RunEnd(NamedTuple):
@@ -73,6 +75,12 @@ def text_bytes(text: object) -> int:
     return len(str(text))
 
 
+#: Rows averaging more than the byte bound over this many are large: their claims size them
+#: after locking them (:attr:`ClaimFit.size_late`), where the lookup costs little beside the
+#: rendering of their JSON.
+LARGE_ROW_SHARE = 1024
+
+
 @dataclass(slots=True)
 class ClaimFit:
     """How many rows a claim under a byte bound reads. A claim locks and sizes up to its row
@@ -87,6 +95,12 @@ class ClaimFit:
 
     #: Most rows the next claim reads; None: its row limit alone.
     cap: int | None = None
+    #: Whether the next claim sizes its rows only after locking them (``Ask.size_late``):
+    #: until a claim shows small rows, and again once rows average over
+    #: 1/:data:`LARGE_ROW_SHARE` of the bound (16 KiB at the default). Sized while
+    #: the lanes read them, a lane planned as a sort over every pending row (a table never
+    #: analyzed) sizes the whole backlog; sized after, each row costs a lookup more.
+    size_late: bool = True
 
     def ask(self, limit: int) -> int:
         """The row limit of the next claim, asked for ``limit``."""
@@ -94,6 +108,8 @@ class ClaimFit:
 
     def claimed(self, asked: int, got: int, got_bytes: int, max_bytes: int) -> None:
         """A claim that read up to ``asked`` rows leased ``got`` of ``got_bytes`` bytes."""
+        if got:
+            self.size_late = got_bytes > got * (max_bytes // LARGE_ROW_SHARE)
         if got < asked and got_bytes > max_bytes // 2:
             self.cap = got + 1  # cut by the bound
         elif got < asked:

@@ -136,8 +136,7 @@ class DispatchStore(BaseStore):
         max_bytes = self.batch_max_bytes
         asked = limit if max_bytes is None else self._fit.ask(limit)
         ask = Ask(worker, asked, lease_seconds, expired=expired, max_bytes=max_bytes)
-        if following:
-            ask = replace(ask, following=tuple(following))
+        ask = replace(ask, following=tuple(following), size_late=self._fit.size_late)
         rows = self.levers.claim(conn, ask)
         if max_bytes is not None:
             got_bytes = sum(text_bytes(r.payload) + text_bytes(r.headers) for r in rows)

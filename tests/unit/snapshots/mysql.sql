@@ -376,20 +376,20 @@ SELECT max(outbox.id) AS max_1
 FROM outbox;
 
 -- unordered_ids: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'processing' AND outbox.locked_until < (UTC_TIMESTAMP(6)) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
- LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id
-FROM (SELECT outbox.id AS id
+ LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.size
+FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND outbox.id >= %s AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_2 ORDER BY id
  LIMIT %s;
 
 -- unordered_ids[expired=False]: The ids of up to ``limit`` claimable unordered rows (locked with :meth:`lock`, or
-SELECT anon_1.id
-FROM (SELECT outbox.id AS id
+SELECT anon_1.id, anon_1.size
+FROM (SELECT outbox.id AS id, octet_length(outbox.payload) + coalesce(octet_length(outbox.headers), %s) AS size
 FROM outbox
 WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (UTC_TIMESTAMP(6))) AND outbox.id >= %s AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE %s ESCAPE '\\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.id
  LIMIT %s FOR UPDATE SKIP LOCKED) AS anon_1;
