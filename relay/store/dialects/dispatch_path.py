@@ -330,7 +330,9 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """Lease up to ``ask.limit`` rows inside the open transaction: heads of keys and the
         runs behind them, and the oldest unordered rows (unordered expired leases only when
         ``ask.expired``; a key's expired head is always found); each lane gets at least half
-        of the batch when the other has work.
+        of the batch when the other has work. When no head is free, the keys of
+        ``ask.following`` (runs this worker has in flight) go on from their last number, as
+        runs behind a head do.
 
         With ``max_bytes`` the rows' payload and headers add up to no more than that, except
         that each lane takes its first row whatever its size (never stranded): the heads get

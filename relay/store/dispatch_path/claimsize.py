@@ -22,8 +22,9 @@ class Ask:
     ``first_anyway``; rows ``hold`` holds back (paused, or left to a rate limit's lane) are
     left alone, and with a ``floor`` the pending unordered rows are read from that id on
     (``relay.store.dispatch_path.floors``). ``following`` names the keys whose run the
-    worker has in flight, each with the last number it holds: the claim may lease each one's
-    next run (the numbers after it), which no other worker can claim while that run is held."""
+    worker has in flight, each with the last number it holds: when no other key's head is
+    free, the claim leases each one's next run (the numbers after it), which no other worker
+    can claim while that run is held."""
 
     worker: str
     limit: int
