@@ -143,9 +143,9 @@ def test_a_nack_in_a_run_gives_back_the_keys_next_run_leased_meanwhile(
     fixed = dataclasses.replace(settings, batch_size=10, batch_max=10)
     dispatcher = Dispatcher(store, publisher, fixed)
     first = dispatcher.drain()
-    assert (first.sent, first.rescheduled) == (4, 1)
+    assert first.rescheduled == 1
     assert first.released >= 15, "6-10 behind the nack, 11-20 leased ahead"
-    for _ in range(3):  # row 5's backoff may or may not have passed within the first drain
+    for _ in range(3):  # row 5's backoff (full jitter) may have passed within the first drain
         make_due(engine)
         dispatcher.drain()
     dispatcher.close()

@@ -52,7 +52,7 @@ from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.dialects.holding import HeldRows
 from relay.store.dialects.keys import KeyHeads
-from relay.store.dispatch_path.claimsize import Ask, RunEnd, fit_bytes, text_bytes
+from relay.store.dispatch_path.claimsize import Ask, RunEnd, claimed_bytes, fit_bytes
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
@@ -240,25 +240,16 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
     def within_bytes(
         self, picked: CompoundSelect[Any] | Select[Any], *, late: bool = False
     ) -> Select[Any]:
-        """The ids of ``picked`` (``id``, ``size``; with ``late``, ``id`` alone) up to the byte
-        bound, oldest first: a running total of their sizes in id order, kept while it stays
-        within ``max_bytes``; the first row whatever its size when ``first_anyway`` is bound
-        true.
-
+        """The ids of ``picked`` (``id``, ``size``; ``late``: ``id`` alone) up to the byte bound,
+        oldest first: a running total of sizes in id order, kept while it stays within
+        ``max_bytes``; the first row whatever its size when ``first_anyway`` is bound true.
         The window runs a level above the lanes' locking reads (no window function may share
-        a level with FOR UPDATE), over the at most ``limit`` rows they locked; the rows it
-        leaves out stay locked only until the claim commits. With ``late`` the sizes
-        (:meth:`row_bytes`) are read at that level too, one primary key lookup per locked row,
-        so that whatever plan the lanes get no other row is sized: sizing renders a row's JSON
-        (3-5 ms for 900 KB on PostgreSQL), and a lane planned as a sort over every pending row,
-        as on a table never analyzed, sized the whole backlog at each claim. The lookups cost
-        a few microseconds a row, so the store asks for it only while rows are large
-        (:class:`~relay.store.dispatch_path.claimsize.ClaimFit`)."""
+        a level with FOR UPDATE), over the at most ``limit`` rows they locked (those it leaves
+        out stay locked until the claim commits). ``late`` reads the sizes there, a key lookup
+        per row, so no other row is sized whatever the lanes' plan (a sort of every pending
+        row, on a table never analyzed, sized the whole backlog): ``ClaimFit.size_late``."""
         rows = picked.subquery()
-        if late:
-            # A subquery per row, not a join (which may be planned as a hash over the whole
-            # table); OFFSET 0 keeps the level apart: merged into the window's, the size was
-            # read twice per row.
+        if late:  # a subquery per row: a join may hash the whole table; OFFSET 0 sizes once
             read = outbox.alias("sized_row")
             size = select(self.row_bytes(read)).where(read.c.id == rows.c.id).scalar_subquery()
             rows = select(rows.c.id, size.label("size")).offset(0).subquery()
@@ -330,9 +321,8 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """Lease up to ``ask.limit`` rows inside the open transaction: heads of keys and the
         runs behind them, and the oldest unordered rows (unordered expired leases only when
         ``ask.expired``; a key's expired head is always found); each lane gets at least half
-        of the batch when the other has work. When no head is free, the keys of
-        ``ask.following`` (runs this worker has in flight) go on from their last number, as
-        runs behind a head do.
+        of the batch when the other has work. When no head is free (no hoarding), the runs
+        in flight of ``ask.following`` go on from their last number, as runs behind heads do.
 
         With ``max_bytes`` the rows' payload and headers add up to no more than that, except
         that each lane takes its first row whatever its size (never stranded): the heads get
@@ -340,16 +330,13 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         heads what is left then."""
         limit, max_bytes = ask.limit, ask.max_bytes
         heads = conn.execute(self.heads_statement(limit, ask.hold)).all()
-        # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
-        # the next claim, this worker's pipelined one or another worker's: a backlog over a few
-        # keys then moves through several workers at once instead of one.
+        # Lease half the keys found (their runs grow to fill the batch), leave the rest to the
+        # next claim, this worker's or another's: a few keys move through several workers.
         heads = heads[: (len(heads) + 1) // 2]
         left_bytes = max_bytes
         if max_bytes is not None and heads:
             heads = heads[: fit_bytes((h.size for h in heads), max_bytes // 2)]
             left_bytes = max_bytes - sum(h.size for h in heads)
-        # The keys whose run this worker has in flight go on from their last number held, when
-        # no other key's head is free: a worker does not hoard keys other workers could take.
         followed = [] if heads else [RunEnd(key, seq) for key, seq in ask.following]
         keyed = len(heads) + len(followed)
         unordered_limit = (limit - keyed) // (2 if keyed else 1)
@@ -359,17 +346,16 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
                 conn, replace(ask, limit=unordered_limit, max_bytes=left_bytes)
             )
             if left_bytes is not None:
-                left_bytes -= _claimed_bytes(rows)
+                left_bytes -= claimed_bytes(rows)
         if not keyed:
             return rows
-        ids = [h.id for h in heads]
+        ids, starts = [h.id for h in heads], list[Any]([*heads, *followed])
         share = (limit - len(rows) - len(ids)) // keyed
-        places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share + 1)]
-        places += [(f.ordering_key, f.seq + i) for f in followed for i in range(1, share + 1)]
+        places = [(h.ordering_key, h.seq + i) for h in starts for i in range(1, share + 1)]
         run_bytes = None if left_bytes is None else max(left_bytes, 0)
         if places and run_bytes != 0:
             found = conn.execute(self.run_statement(ask.hold), self.run_params(places)).all()
-            run = cut_runs([*heads, *followed], found, run_bytes)
+            run = cut_runs(starts, found, run_bytes)
             ids += run
             if left_bytes is not None:
                 sizes = {r.id: r.size for r in found}
@@ -412,9 +398,3 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             select(func.count()).select_from(unordered.subquery()).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()
         )
-
-
-def _claimed_bytes(rows: Sequence[Row[Any]]) -> int:
-    """The bytes of claimed rows' payload and headers (their JSON texts), as
-    :meth:`Dialect.row_bytes` counts them."""
-    return sum(text_bytes(row.payload) + text_bytes(row.headers) for row in rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 
@@ -59,6 +59,12 @@ def fit_bytes(sizes: Iterable[int], max_bytes: int, *, first: bool = True) -> in
             break
         taken += 1
     return taken
+
+
+def claimed_bytes(rows: Iterable[Any]) -> int:
+    """The bytes of claimed rows' payload and headers (their JSON texts), as the dialects'
+    ``row_bytes`` counts them."""
+    return sum(text_bytes(row.payload) + text_bytes(row.headers) for row in rows)
 
 
 def text_bytes(text: object) -> int:
@@ -119,4 +125,4 @@ class ClaimFit:
             self.cap *= 2
 
 
-__all__ = ["Ask", "ClaimFit", "RunEnd", "fit_bytes", "text_bytes"]
+__all__ = ["Ask", "ClaimFit", "RunEnd", "claimed_bytes", "fit_bytes", "text_bytes"]
