@@ -26,6 +26,7 @@ from bench import (
     fairness,
     idle,
     jetstream,
+    large,
     latency,
     migrations,
     ordering,
@@ -291,7 +292,11 @@ SECTIONS: dict[str, Callable[[Plan], dict[str, Any]]] = {
     "history": lambda p: throughput.history(p.history_sizes, p.history_pending, p.reps),
     "fleet": lambda p: throughput.fleet(p.fleet_events, p.fleet_workers),
     "latency_wakeup": lambda p: latency.hook(p.hook_events, p.hook_seconds, p.hook_rates),
-    "ordering": lambda p: ordering.run(p.ordering_events, p.reps, p.ordering_producer_seconds),
+    "ordering": lambda p: ordering.run(
+        p.ordering_events, p.reps, p.ordering_producer_seconds, p.baselines
+    ),
+    # Issue 51: 600 events of 900 KiB through one relay, drain time and peak RSS.
+    "large": lambda p: large.run(60 if p.name == "quick" else 600, p.reps, p.baselines),
     "wakeup": lambda p: latency.wakeup(p.wakeup_seconds, p.wakeup_idle, p.wakeup_rates, 0.005),
     "metrics_cost": lambda p: costs.metrics(
         p.metrics_rows, p.metrics_reps, p.metrics_hook_batches, p.metrics_history
@@ -356,7 +361,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="REV",
-        help="versus, idle: also run the relay of this git revision (repeatable)",
+        help="versus, idle, ordering, large: also run the relay of this git revision (repeatable)",
     )
     p.add_argument(
         "--variant",

@@ -39,7 +39,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench import procs, services, versus
+from bench import procs, services
 from bench.timing import Arrivals
 
 DISPATCH, CELERY = "relay dispatch --loop", "beat + 1 Celery worker"
@@ -183,7 +183,7 @@ def run(
     revisions: list[str | None] = [None, *baselines]
     for rev in revisions:
         with contextlib.ExitStack() as stack:
-            source = None if rev is None else stack.enter_context(versus._source_of(rev))
+            source = None if rev is None else stack.enter_context(services.source_of(rev))
             for runner in runners:
                 result = one(runner, source, seconds, samples, gap)
                 result["relay"] = "relay" if rev is None else f"relay@{rev}"

@@ -54,6 +54,20 @@ def git_revision(path: str | None = None) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def source_of(revision: str) -> Iterator[str]:
+    """The ``relay`` package of git ``revision``, unpacked in a temporary folder: put it on a
+    relay process's ``PYTHONPATH`` (and migrate its database from it, :func:`database`) to run
+    that revision beside the checkout (``--baseline REV``)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory(prefix="relay-rev-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", root, "archive", revision, "relay"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield tmp
+
+
 def loadavg() -> list[float]:
     """The 1, 5 and 15 minute load averages."""
     with open("/proc/loadavg") as f:

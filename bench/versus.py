@@ -50,9 +50,8 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -230,17 +229,6 @@ def _wal_lsn(engine: sa.Engine) -> int | None:
         return int(conn.execute(sa.text(lsn)).scalar_one())
 
 
-@contextlib.contextmanager
-def _source_of(revision: str) -> Iterator[str]:
-    """The ``relay`` package of git ``revision``, unpacked in a temporary folder."""
-    with tempfile.TemporaryDirectory(prefix="relay-rev-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", revision, "relay"], capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield tmp
-
-
 def run(
     amqp_url: str,
     events: int,
@@ -266,7 +254,7 @@ def run(
         relays = {"relay": (Workload([], procs.RELAY_READY, processes, None, url, route), engine)}
         for rev in baselines:
             # Its own database, migrated by its own chain: its claim reads the indexes it made.
-            path = stack.enter_context(_source_of(rev))
+            path = stack.enter_context(services.source_of(rev))
             own = stack.enter_context(services.database("versus", database, source=path))
             own_engine = sa.create_engine(own)
             stack.callback(own_engine.dispose)

@@ -137,6 +137,34 @@ def broken_runs(events: Iterable[ClaimedEvent], kept: Sequence[ClaimedEvent]) ->
     return [e for e in kept if e.seq is not None and e.ordering_key in broken]
 
 
+def run_ends(events: Iterable[ClaimedEvent]) -> list[tuple[str, int]]:
+    """(key, last number) of each key's run among ``events``: where a claim made while they
+    are in flight may go on with the key (its next run)."""
+    ends: dict[str, int] = {}
+    for event in events:
+        if event.seq is not None and event.ordering_key is not None:
+            ends[event.ordering_key] = max(event.seq, ends.get(event.ordering_key, 0))
+    return sorted(ends.items())
+
+
+def keys_of(events: Iterable[ClaimedEvent]) -> set[str | None]:
+    """The ordering keys of the ordered rows among ``events``."""
+    return {e.ordering_key for e in events if e.seq is not None}
+
+
+def split_keys(
+    events: Sequence[ClaimedEvent], keys: set[str | None]
+) -> tuple[list[ClaimedEvent], list[ClaimedEvent]]:
+    """``events`` split into those of no key in ``keys`` and the ordered rows of those keys:
+    a key's next run to give back, because the run before it did not all go through (or
+    its lease was lost), so that nothing of the key overtakes the row that failed."""
+    kept: list[ClaimedEvent] = []
+    given_up: list[ClaimedEvent] = []
+    for event in events:
+        (given_up if event.seq is not None and event.ordering_key in keys else kept).append(event)
+    return kept, given_up
+
+
 def sendable_runs(
     sent: Iterable[ClaimedEvent], progress: Mapping[str, int]
 ) -> dict[str, list[ClaimedEvent]]:
@@ -160,7 +188,10 @@ __all__ = [
     "broken_runs",
     "cut_runs",
     "hold_back_after_failures",
+    "keys_of",
+    "run_ends",
     "sendable_runs",
+    "split_keys",
     "stalled_key",
 ]
 

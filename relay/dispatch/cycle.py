@@ -14,7 +14,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -291,15 +291,21 @@ class Cycle:
         report = Report(claimed=len(batch.events))
         return Outcome(batch, report, unavailable=list(batch.events), error=error, delay=delay)
 
-    def record(self, outcome: Outcome | None, next_limit: int) -> Batch | None:
+    def record(
+        self,
+        outcome: Outcome | None,
+        next_limit: int,
+        following: Sequence[tuple[str, int]] = (),
+    ) -> Batch | None:
         """Record ``outcome`` (if any) and lease up to ``next_limit`` more rows, in one
         transaction, then stop the outcome's lease keeper; retried within half a lease, since
-        the broker already has the messages."""
+        the broker already has the messages. ``following``: (key, last number) of the runs
+        in flight, whose next runs the lease may take (``Store.claim``)."""
         if outcome is None and not next_limit:
             return None
         try:
             started, since = time.perf_counter(), self.clock()
-            done, events = self._retrying(lambda: self._complete(outcome, next_limit))
+            done, events = self._retrying(lambda: self._complete(outcome, next_limit, following))
             if next_limit:
                 self.observer.claimed(events, time.perf_counter() - started)
             if outcome is not None:
@@ -310,7 +316,7 @@ class Cycle:
         return self._hold(events, since)
 
     def _complete(
-        self, outcome: Outcome | None, next_limit: int
+        self, outcome: Outcome | None, next_limit: int, following: Sequence[tuple[str, int]]
     ) -> tuple[Completed, list[ClaimedEvent]]:
         verdicts: dict[str, Any] = {}
         if outcome is not None:
@@ -328,6 +334,7 @@ class Cycle:
             limit=next_limit,
             lease_seconds=self.settings.lease_seconds,
             expired=self.sweep.due(self.clock()),
+            following=following,
         )
 
     def _retrying(

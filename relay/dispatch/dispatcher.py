@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relay import publishers
+from relay import ordering, publishers
 from relay.config import Settings, timing
 from relay.dispatch.batching import BatchSizer
 from relay.dispatch.cycle import Batch, Cycle, Outcome, Report, make_worker_id
 from relay.dispatch.decisions import EXPIRED, CircuitBreaker
 from relay.exceptions import StoreError
+from relay.observe.observers import Recorded
 from relay.policy import Backoff
 from relay.publishers import Publisher
 from relay.store.dispatch_path.protocol import Store
@@ -90,9 +91,14 @@ class Dispatcher:
         recorded). ``Report.drained`` tells the first case from the others.
 
         Pipelined: while batch N is published (broker I/O, this thread), the database thread
-        records batch N-1's outcomes and leases batch N+1 in one short transaction. No
-        transaction is ever open across broker I/O; at most two batches are leased at once.
-        Claims grow from ``RELAY_BATCH_SIZE`` to ``RELAY_BATCH_MAX`` while they come back full
+        records batch N-1's outcomes and leases batch N+1 in one short transaction, the next
+        runs of the keys N holds among it (a hot key's next run is leased while this one is
+        confirmed). No transaction is ever open across broker I/O; at most two batches are
+        leased at once, each within ``RELAY_BATCH_MAX_BYTES``. A key's next run is published
+        only after the run before it was recorded: a batch that continues a key of the batch
+        before it waits for that one's outcomes to commit, and what follows a row of the key
+        that did not go through is given back unpublished. Claims grow from
+        ``RELAY_BATCH_SIZE`` to ``RELAY_BATCH_MAX`` while they come back full
         (:class:`relay.dispatch.batching.BatchSizer`).
         """
         cycle = self.cycle
@@ -116,10 +122,23 @@ class Dispatcher:
                 batch = cycle.still_held(batch, total)
                 if batch is None:
                     break
+                if published is not None and (
+                    ordering.keys_of(published.batch.events) & ordering.keys_of(batch.events)
+                ):
+                    batch, published = self._record_first(published, batch, total), None
+                    if batch is None:  # every row leased ahead was given back: look again
+                        if not going():
+                            break
+                        batch = sized(sizer.size, cycle.record(None, next_limit=sizer.size))
+                        total.drained = batch is None
+                        continue
                 asked = sizer.size if going() else 0
-                ahead = cycle.db_thread().submit(cycle.record, published, asked)
+                following = ordering.run_ends(batch.events) if asked else []
+                ahead = cycle.db_thread().submit(cycle.record, published, asked, following)
                 outcome = cycle.publish(batch)
-                batch = sized(asked, ahead.result())
+                batch = ahead.result()
+                if batch is not None:
+                    sized(asked, batch)
                 cycle.settle(published, total)
                 published = outcome
                 if outcome.unavailable:
@@ -128,9 +147,12 @@ class Dispatcher:
                         cycle.record(handed_back, next_limit=0)
                         cycle.settle(handed_back, total)
                     break
-                if batch is None and going():
+                if batch is None:
+                    if not going():
+                        continue
                     # The lease ahead found nothing, maybe only because the batch just
-                    # published still holds its keys: record it, then look again.
+                    # published still holds its keys: record it, then look again, as many
+                    # rows as the ahead claim asked for (a key's runs keep their length).
                     asked = sizer.size
                     batch = sized(asked, cycle.record(published, next_limit=asked))
                     cycle.settle(published, total)
@@ -147,6 +169,35 @@ class Dispatcher:
         if total.cycles == 0:  # the first claim found nothing (or the breaker is open)
             total.cycles, total.drained = 1, True
         return total
+
+    def _record_first(self, published: Outcome, batch: Batch, total: Report) -> Batch | None:
+        """Record ``published`` before ``batch``, which continues some of its keys, is
+        published: a key's next run goes out only after the run before it was recorded. The
+        rows of ``batch`` whose key did not all go through in ``published`` (a failure held
+        the key) are given back in the same transaction, and if ``published`` lost a lease,
+        the rows of its keys too (another worker publishes those keys now). Returns what is
+        left of ``batch`` to publish."""
+        cycle = self.cycle
+        failed = [*published.unavailable, *published.behind]
+        failed += [r.event for r in published.rescheduled] + [b.event for b in published.buried]
+        kept, behind = ordering.split_keys(batch.events, ordering.keys_of(failed))
+        published.behind += behind
+        cycle.record(published, next_limit=0)
+        cycle.settle(published, total)
+        if published.report.lost:
+            kept, given_up = ordering.split_keys(kept, ordering.keys_of(published.batch.events))
+            if given_up:
+                released = self.store.release(
+                    self.worker_id, given_up, 0.0, ordering.BEHIND_A_FAILURE
+                )
+                total.released += released
+                self.observer.recorded(Recorded((), (), (), released, 0, True, (0, 0, 0)))
+        if not kept:
+            batch.close()
+            return None
+        if len(kept) == len(batch.events):
+            return batch
+        return Batch(kept, batch.keeper, batch.claimed_at)
 
     def loop(
         self,

@@ -152,16 +152,23 @@ class InMemoryStore(Store):
         return row.id
 
     def claim(
-        self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
+        self,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        *,
+        expired: bool = True,
+        following: Sequence[tuple[str, int]] = (),
     ) -> list[ClaimedEvent]:
         now, picked = self.clock(), list[ClaimedEvent]()
         runs: dict[str, int] = {}  # per key: the number the run takes next
+        held = dict(following)  # per key: the last number of the run this worker has in flight
         for row in sorted(self.rows.values(), key=lambda r: r.id):
             if len(picked) >= limit:
                 break
             if row.ordering_key is not None:
-                done = self.progress[row.ordering_key]
-                if row.seq is not None and row.seq <= done:  # sent already
+                done = held.get(row.ordering_key, self.progress[row.ordering_key])
+                if row.seq is not None and row.seq <= done:  # sent, or in flight
                     continue
                 expected = runs.get(row.ordering_key, done + 1)
                 if row.seq != expected or not self._due(row, now):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,8 +32,10 @@ def test_claim_uses_the_partial_index_even_as_a_generic_prepared_plan(pg_url: st
             conn.execute(sa.text("ANALYZE outbox"))
         dialect = PostgresDialect()
         # The claim bounded by bytes (RELAY_BATCH_MAX_BYTES) reads the same indexes.
-        for sized in (False, True):
-            stmt = dialect.claim_statement(worker="w", limit=10, lease_seconds=30, sized=sized)
+        for sized, late in ((False, False), (True, False), (True, True)):
+            stmt = dialect.claim_statement(
+                worker="w", limit=10, lease_seconds=30, sized=sized, sized_late=late
+            )
             plan = _generic_plan(engine, stmt, dialect.bound_params(2**24 if sized else None, True))
             assert "ix_outbox_pending" in plan, plan
             assert "ix_outbox_leases" in plan, plan
@@ -57,8 +60,10 @@ def test_claim_updates_through_the_primary_key_on_a_young_table(pg_url: str) -> 
             _insert_pending(conn, 20000)
             conn.execute(sa.text("ANALYZE outbox"))
         dialect = PostgresDialect()
-        for sized in (False, True):
-            stmt = dialect.claim_statement(worker="w", limit=1000, lease_seconds=30, sized=sized)
+        for sized, late in ((False, False), (True, False), (True, True)):
+            stmt = dialect.claim_statement(
+                worker="w", limit=1000, lease_seconds=30, sized=sized, sized_late=late
+            )
             params = dialect.bound_params(2**24 if sized else None, True)
             for mode in ("force_custom_plan", "force_generic_plan"):
                 plan = _generic_plan(engine, stmt, params, mode=mode)
@@ -268,3 +273,45 @@ def test_the_purge_reads_the_oldest_sent_rows_by_index_whatever_the_statistics(
             assert "Seq Scan on outbox" not in plan, plan
     finally:
         engine.dispose()
+
+
+def test_a_claim_of_large_rows_sizes_only_the_rows_it_locked_before_any_analyze(
+    pg_url: str,
+) -> None:
+    """A backlog of large rows in a table never analyzed: PostgreSQL may plan the pending lane
+    as a sort over every pending row, and sized there the claim rendered the JSON of the whole
+    backlog; sized after the lanes locked their rows (``sized_late``), it sizes the rows it
+    locked and no other."""
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO outbox (event_type, payload) SELECT 'large', "
+                    "jsonb_build_object('s', repeat(md5(i::text), 1000)) "
+                    "FROM generate_series(1, 300) AS i"
+                )
+            )
+        dialect = PostgresDialect()
+        stmt = dialect.claim_statement(
+            worker="w", limit=4, lease_seconds=30, expired=False, sized=True, sized_late=True
+        )
+        compiled = stmt.compile(engine)
+        params = {**compiled.params, **dialect.bound_params(2**24, True)}
+        with engine.connect() as conn:
+            raw: Any = conn.connection.driver_connection
+            with raw.cursor() as cur:
+                cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + str(compiled), params)
+                plan = cur.fetchone()[0][0]["Plan"]
+            raw.rollback()
+        sized = [n for n in _nodes(plan) if n.get("Alias") == "sized_row"]
+        assert sized, plan
+        assert sum(n["Actual Loops"] * n["Actual Rows"] for n in sized) == 4
+    finally:
+        engine.dispose()
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)

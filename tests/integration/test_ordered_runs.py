@@ -7,6 +7,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -81,6 +82,76 @@ def test_a_claim_leases_a_hot_key_run_up_to_the_batch_size(
     assert store.complete("w", sent=run).sent == 25
     assert _progress(engine, "hot") == 25
     assert [e.seq for e in store.claim("w2", 25, lease_seconds=60)] == list(range(26, 31))
+
+
+def test_a_claim_following_a_run_in_flight_leases_the_keys_next_run(
+    store: DispatchStore, engine: sa.Engine
+) -> None:
+    """While a worker's run of a key is in flight, its next claim may go on with the key from
+    the run's last number (no other worker can take the key meanwhile); the next run is marked
+    sent only after the run before it."""
+    enqueue_many(engine, 60, ordering_key="hot")
+    run = store.claim("w", 25, lease_seconds=60)
+    ahead = store.claim("w", 25, lease_seconds=60, following=[("hot", 25)])
+    assert [e.seq for e in ahead] == list(range(26, 51))
+    assert store.claim("w2", 25, lease_seconds=60) == [], "the key is held by the runs"
+    assert store.complete("w", sent=ahead).sent == 0, "not before the run before it"
+    assert store.complete("w", sent=run).sent == 25
+    assert store.complete("w", sent=ahead).sent == 25
+    assert _progress(engine, "hot") == 50
+    assert [e.seq for e in store.claim("w2", 25, lease_seconds=60)] == list(range(51, 61))
+
+
+class _Following(DispatchStore):
+    """A dispatch store that notes the runs each claim was asked to follow."""
+
+    followed: list[list[tuple[str, int]]]
+
+    def complete_and_claim(self, worker: str, **kwargs: Any) -> Any:
+        self.followed.append(list(kwargs.get("following", ())))
+        return super().complete_and_claim(worker, **kwargs)
+
+
+def test_a_drain_leases_a_hot_keys_next_run_while_publishing_and_keeps_its_order(
+    engine: sa.Engine, settings: Settings
+) -> None:
+    """One hot key in batches of 10: each claim made while a run is published goes on with
+    the key from that run's last number, and the key is published once, in order."""
+    store = _Following(engine)
+    store.followed = []
+    enqueue_many(engine, 45, ordering_key="hot")
+    publisher = InMemoryPublisher()
+    fixed = dataclasses.replace(settings, batch_size=10, batch_max=10)
+    dispatcher = Dispatcher(store, publisher, fixed)
+    report = dispatcher.drain()
+    dispatcher.close()
+    assert [m.headers["ordering_seq"] for m in publisher.messages] == list(range(1, 46))
+    assert (report.sent, report.lost, report.released) == (45, 0, 0)
+    assert [f for f in store.followed if f] == [[("hot", n)] for n in (10, 20, 30, 40, 45)]
+    assert _progress(engine, "hot") == 45
+
+
+def test_a_nack_in_a_run_gives_back_the_keys_next_run_leased_meanwhile(
+    engine: sa.Engine, settings: Settings
+) -> None:
+    """Row 5 of the first run is nacked while the key's next run (11-20) was already leased
+    behind it: that run is given back unpublished, without spending an attempt, and the key
+    goes on from row 5 once it is due: nothing of the key overtakes the failed row."""
+    store = DispatchStore(engine)
+    enqueue_many(engine, 30, ordering_key="k")
+    publisher = _NackOnce(nack_seq=5)
+    fixed = dataclasses.replace(settings, batch_size=10, batch_max=10)
+    dispatcher = Dispatcher(store, publisher, fixed)
+    first = dispatcher.drain()
+    assert first.rescheduled == 1
+    assert first.released >= 15, "6-10 behind the nack, 11-20 leased ahead"
+    for _ in range(3):  # row 5's backoff (full jitter) may have passed within the first drain
+        make_due(engine)
+        dispatcher.drain()
+    dispatcher.close()
+    expected = [(s, 1) for s in range(1, 11)] + [(5, 2)] + [(s, 1) for s in range(6, 31)]
+    assert publisher.published == expected
+    assert _progress(engine, "k") == 30
 
 
 def test_a_run_stops_at_a_number_that_is_not_committed_yet(engine: sa.Engine) -> None:

@@ -56,15 +56,31 @@ def test_claimed_rows_count_their_bytes_as_each_text_would(
 
 
 def test_claims_under_large_rows_read_only_about_what_fits() -> None:
-    """A claim the byte bound cut short makes the next read twice the rows that fitted; claims
+    """A claim the byte bound cut short makes the next read one row more than fitted; claims
     that fit whole double it back; a short claim below the bound (large rows gone) lifts it."""
     fit = ClaimFit()
     assert fit.ask(100) == 100
     fit.claimed(100, 4, 3_600_000, 4_194_304)  # 4 rows of 900 KB filled 4 MiB
-    assert fit.ask(100) == 8
-    fit.claimed(8, 8, 80_000, 4_194_304)  # small rows again: all 8 fitted
-    assert fit.ask(100) == 16
-    fit.claimed(16, 3, 300, 4_194_304)  # the backlog ended below the bound
+    assert fit.ask(100) == 5
+    fit.claimed(5, 4, 3_600_000, 4_194_304)  # the same again: steady
+    assert fit.ask(100) == 5
+    fit.claimed(5, 5, 50_000, 4_194_304)  # small rows again: all 5 fitted
+    assert fit.ask(100) == 10
+    fit.claimed(10, 3, 300, 4_194_304)  # the backlog ended below the bound
     assert fit.ask(100) == 100
     fit.claimed(100, 100, 20_000, 4_194_304)  # ordinary rows never set a cap
     assert fit.cap is None
+
+
+def test_claims_size_rows_after_locking_them_only_while_rows_are_large() -> None:
+    """Until a claim shows small rows, and again once rows average over 1/1024 of the bound,
+    the next claim sizes its rows after locking them (whatever plan its lanes get); small rows
+    are sized where the lanes read them, a lookup cheaper."""
+    fit = ClaimFit()
+    assert fit.size_late
+    fit.claimed(100, 100, 20_000, 16_777_216)  # 200-byte rows
+    assert not fit.size_late
+    fit.claimed(100, 0, 0, 16_777_216)  # nothing found says nothing
+    assert not fit.size_late
+    fit.claimed(100, 18, 16_588_800, 16_777_216)  # 900 KiB rows
+    assert fit.size_late

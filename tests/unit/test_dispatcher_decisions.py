@@ -157,3 +157,37 @@ def test_an_expired_lease_is_taken_back_once_the_sweep_is_due() -> None:
     assert (report.claimed, report.sent) == (1, 1)
     assert store.rows[row_id].attempt == 2
     assert publisher.ids == [row_id]
+
+
+class _Batches(InMemoryPublisher):
+    """Records the size of each batch it is handed and the keys' numbers in publish order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+        self.order: list[int | None] = []
+
+    def publish(self, events: Sequence[ClaimedEvent]) -> PublishResult:
+        self.sizes.append(len(events))
+        self.order += [e.seq for e in events]
+        return super().publish(events)
+
+
+def test_a_hot_keys_runs_grow_while_the_next_run_is_leased_ahead() -> None:
+    """One key's backlog: each claim made while a run is published leases the key's next run,
+    so claims come back full and grow from RELAY_BATCH_SIZE to RELAY_BATCH_MAX (an empty
+    claim ahead used to start them again at RELAY_BATCH_SIZE), and the key goes out once, in
+    order."""
+    clock = Clock()
+    store = InMemoryStore(clock=clock)
+    for n in range(150):
+        store.add("order.created", {"n": n}, ordering_key="hot")
+    publisher = _Batches()
+    settings = Settings(lease_seconds=LEASE, batch_size=10, batch_max=40)
+    dispatcher = Dispatcher(store, publisher, settings, worker_id="w1", clock=clock)
+    report = dispatcher.drain()
+    dispatcher.close()
+    assert publisher.sizes == [10, 20, 40, 40, 40]
+    assert publisher.order == list(range(1, 151))
+    assert (report.sent, report.released, report.lost) == (150, 0, 0)
+    assert store.progress["hot"] == 150

@@ -13,8 +13,11 @@ from relay.ordering import (
     broken_runs,
     cut_runs,
     hold_back_after_failures,
+    keys_of,
     publish_order,
+    run_ends,
     sendable_runs,
+    split_keys,
 )
 from relay.records import ClaimedEvent, PublishResult
 
@@ -183,3 +186,37 @@ def test_a_batch_publishes_each_key_in_number_order_whatever_the_ids(
     """publish_order: oldest id first, each key's rows in its places in seq order."""
     events = _events(spec)
     assert _names(publish_order(reversed(events))) == order
+
+
+@pytest.mark.parametrize(
+    ("spec", "ends"),
+    [
+        ("", []),
+        ("_1 _2", []),
+        ("a3 a4 a5 _9", [("a", 5)]),
+        ("b7 a2 b8 a1", [("a", 2), ("b", 8)]),
+    ],
+)
+def test_the_end_of_each_run_in_flight_is_its_keys_last_number(
+    spec: str, ends: list[tuple[str, int]]
+) -> None:
+    """run_ends: per key, the last number held, where a claim meanwhile goes on with the key."""
+    assert run_ends(_events(spec)) == ends
+
+
+@pytest.mark.parametrize(
+    ("failed", "spec", "kept", "given_up"),
+    [
+        ("", "a4 b2 _3", ["a4", "b2", "_3"], []),
+        ("_1", "a4 b2 _3", ["a4", "b2", "_3"], []),  # an unordered failure holds no key
+        ("a3", "a4 a5 b2 _4", ["b2", "_4"], ["a4", "a5"]),
+        ("a3 b1", "a4 b2 _3", ["_3"], ["a4", "b2"]),
+    ],
+)
+def test_the_next_run_of_a_key_that_did_not_all_go_through_is_given_up(
+    failed: str, spec: str, kept: list[str], given_up: list[str]
+) -> None:
+    """split_keys(keys_of(...)): a batch leased while the one before it was published loses
+    the rows of every key that failed in that one; unordered rows and other keys go on."""
+    got_kept, got_given_up = split_keys(_events(spec), keys_of(_events(failed)))
+    assert (_names(got_kept), _names(got_given_up)) == (kept, given_up)

@@ -112,6 +112,8 @@ def _canned(dialect: Dialect, name: str) -> Any:
         "horizon": 1000,
         "expired": True,
         "sized": True,
+        # The hot path's form: small rows sized where the lanes read them.
+        "sized_late": False,
         "expiry": "in",
         "clear_expiry": False,
         "new_expiry": 3600.0,
@@ -151,6 +153,8 @@ def _statements(builders: Any) -> dict[str, tuple[ClauseElement, str]]:
         found[name] = (stmt, method.__doc__ or "")
         if "expired" in params:  # the hot path's form, without the lane of expired leases
             found[f"{name}[expired=False]"] = (method(**{**canned, "expired": False}), "")
+        if "sized_late" in params:  # large rows: sized after the lanes locked them
+            found[f"{name}[sized_late=True]"] = (method(**{**canned, "sized_late": True}), "")
     return found
 
 

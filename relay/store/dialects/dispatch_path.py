@@ -27,6 +27,7 @@ from sqlalchemy import (
     CompoundSelect,
     Connection,
     Float,
+    FromClause,
     Insert,
     Row,
     Select,
@@ -51,7 +52,7 @@ from relay.store.dialects.clock import PENDING, PROCESSING, cached
 from relay.store.dialects.fenced_updates import OutcomeStatements
 from relay.store.dialects.holding import HeldRows
 from relay.store.dialects.keys import KeyHeads
-from relay.store.dispatch_path.claimsize import Ask, fit_bytes, rows_bytes
+from relay.store.dispatch_path.claimsize import Ask, RunEnd, fit_bytes, rows_bytes
 from relay.store.dispatch_path.holds import NO_HOLD, Hold
 from relay.store.schema.tables import PARTIAL_INDEX_DIALECTS, outbox, outbox_progress
 from relay.store.timestamps import ReadTimestamp
@@ -61,9 +62,9 @@ CLAIM_JSON = frozenset({"payload", "headers"})
 
 #: A locked head or run row: enough to cut runs at their first gap.
 _PLACE = (outbox.c.id, outbox.c.ordering_key, outbox.c.seq)
-#: The claim's byte bound (``RELAY_BATCH_MAX_BYTES``, or what is left of it), bound per claim.
+#: The claim's byte bound (``RELAY_BATCH_MAX_BYTES``, or what is left of it), bound per claim,
+#: and whether its first row counts whatever its size (so an oversized row is not stranded).
 MAX_BYTES = bindparam("max_bytes", type_=BigInteger)
-#: Whether the claim's first row counts whatever its size (so an oversized row is not stranded).
 FIRST_ANYWAY = bindparam("first_anyway", type_=Boolean)
 #: Where a held claim's lane of pending rows starts (``relay.store.dispatch_path.floors``).
 FLOOR = bindparam("floor", type_=BigInteger)
@@ -133,11 +134,11 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """The length in bytes of ``text`` (UTF-8)."""
         return func.octet_length(text)
 
-    def row_bytes(self) -> ColumnElement[int]:
+    def row_bytes(self, table: FromClause = outbox) -> ColumnElement[int]:
         """A row's payload and headers in bytes, as the JSON text a claim returns them: what
-        ``RELAY_BATCH_MAX_BYTES`` counts."""
-        return self.text_bytes(self.json_text(outbox.c.payload)) + func.coalesce(
-            self.text_bytes(self.json_text(outbox.c.headers)), 0
+        ``RELAY_BATCH_MAX_BYTES`` counts (of ``table``: ``outbox`` or an alias of it)."""
+        return self.text_bytes(self.json_text(table.c.payload)) + func.coalesce(
+            self.text_bytes(self.json_text(table.c.headers)), 0
         )
 
     def place(self) -> tuple[ColumnElement[Any], ...]:
@@ -236,15 +237,22 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """The bind parameters of a statement built ``floored`` (none otherwise)."""
         return {} if floor is None else {"floor": floor}
 
-    def within_bytes(self, picked: CompoundSelect[Any] | Select[Any]) -> Select[Any]:
-        """The ids of ``picked`` (``id``, ``size``) up to the byte bound, oldest first: a
-        running total in id order, kept while it stays within ``max_bytes``; the first row
-        whatever its size when ``first_anyway`` is bound true.
-
+    def within_bytes(
+        self, picked: CompoundSelect[Any] | Select[Any], *, late: bool = False
+    ) -> Select[Any]:
+        """The ids of ``picked`` (``id``, ``size``; ``late``: ``id`` alone) up to the byte bound,
+        oldest first: a running total of sizes in id order, kept while it stays within
+        ``max_bytes``; the first row whatever its size when ``first_anyway`` is bound true.
         The window runs a level above the lanes' locking reads (no window function may share
-        a level with FOR UPDATE), over the at most ``limit`` rows they locked; the rows it
-        leaves out stay locked only until the claim commits."""
+        a level with FOR UPDATE), over the at most ``limit`` rows they locked (those it leaves
+        out stay locked until the claim commits). ``late`` reads the sizes there, a key lookup
+        per row, so no other row is sized whatever the lanes' plan (a sort of every pending
+        row, on a table never analyzed, sized the whole backlog): ``ClaimFit.size_late``."""
         rows = picked.subquery()
+        if late:  # a subquery per row: a join may hash the whole table; OFFSET 0 sizes once
+            read = outbox.alias("sized_row")
+            size = select(self.row_bytes(read)).where(read.c.id == rows.c.id).scalar_subquery()
+            rows = select(rows.c.id, size.label("size")).offset(0).subquery()
         total = func.sum(rows.c.size).over(order_by=rows.c.id)
         sized = select(rows.c.id, rows.c.size, total.label("upto")).subquery()
         first = and_(sized.c.upto == sized.c.size, FIRST_ANYWAY)
@@ -304,52 +312,50 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
         """The rows whose ids are bound as ``ids``."""
         return outbox.c.id.in_(bindparam("ids", expanding=True))
 
-    def ids_params(self, ids: Sequence[int]) -> dict[str, Any]:
-        """The bind parameters of :meth:`_bound_ids` for ``ids``."""
+    def ids_params(self, ids: Sequence[int]) -> dict[str, Any]:  # of :meth:`_bound_ids`
         return {"ids": list(ids)}
 
     def lease_ids(self, conn: Connection, ids: Sequence[int], ask: Ask) -> list[Row[Any]]:
-        """Lease the rows ``ids`` (locked by this transaction) as ``ask`` says and return them
-        as claimed."""
+        """Lease the rows ``ids`` (locked here) as ``ask`` says; return them as claimed."""
         raise NotImplementedError
 
     def claim(self, conn: Connection, ask: Ask) -> list[Row[Any]]:
-        """Lease up to ``ask.limit`` rows inside the open transaction: heads of keys and the
-        runs behind them, and the oldest unordered rows (unordered expired leases only when
+        """Lease up to ``ask.limit`` rows in the open transaction: heads of keys and their
+        runs, and the oldest unordered rows (unordered expired leases only when
         ``ask.expired``; a key's expired head is always found); each lane gets at least half
-        of the batch when the other has work.
-
-        With ``max_bytes`` the rows' payload and headers add up to no more than that, except
-        that each lane takes its first row whatever its size (never stranded): the heads get
-        up to half of the bytes, the unordered rows what the heads left, the runs behind the
-        heads what is left then."""
+        of the batch when the other has work. When no head is free (no hoarding), the runs
+        in flight of ``ask.following`` go on from their last number, as runs behind heads do.
+        With ``max_bytes`` the rows' payload and headers add up to no more than that, but each
+        lane takes its first row whatever its size (never stranded): the heads get up to half
+        of the bytes, the unordered rows what the heads left, the runs what is left then."""
         limit, max_bytes = ask.limit, ask.max_bytes
         heads = conn.execute(self.heads_statement(limit, ask.hold)).all()
-        # Lease half the keys found (their runs grow to fill the batch) and leave the rest to
-        # the next claim, this worker's pipelined one or another worker's: a backlog over a few
-        # keys then moves through several workers at once instead of one.
+        # Lease half the keys found (their runs grow to fill the batch), leave the rest to the
+        # next claim, this worker's or another's: a few keys move through several workers.
         heads = heads[: (len(heads) + 1) // 2]
         left_bytes = max_bytes
         if max_bytes is not None and heads:
             heads = heads[: fit_bytes((h.size for h in heads), max_bytes // 2)]
             left_bytes = max_bytes - sum(h.size for h in heads)
-        unordered_limit = (limit - len(heads)) // (2 if heads else 1)
+        followed = [] if heads else [RunEnd(key, seq) for key, seq in ask.following]
+        keyed = len(heads) + len(followed)
+        unordered_limit = (limit - keyed) // (2 if keyed else 1)
         rows: list[Row[Any]] = []
         if unordered_limit:
             rows = self.claim_unordered(
                 conn, replace(ask, limit=unordered_limit, max_bytes=left_bytes)
             )
-        if not heads:
+        if not keyed:
             return rows
-        if left_bytes is not None:  # counted only when runs behind heads follow
-            left_bytes -= _claimed_bytes(rows)
-        ids = [h.id for h in heads]
-        share = (limit - len(rows)) // len(heads)
-        places = [(h.ordering_key, h.seq + i) for h in heads for i in range(1, share)]
+        if left_bytes is not None:  # counted only when runs behind keys follow
+            left_bytes -= rows_bytes(rows)
+        ids, starts = [h.id for h in heads], list[Any]([*heads, *followed])
+        share = (limit - len(rows) - len(ids)) // keyed
+        places = [(h.ordering_key, h.seq + i) for h in starts for i in range(1, share + 1)]
         run_bytes = None if left_bytes is None else max(left_bytes, 0)
         if places and run_bytes != 0:
             found = conn.execute(self.run_statement(ask.hold), self.run_params(places)).all()
-            run = cut_runs(heads, found, run_bytes)
+            run = cut_runs(starts, found, run_bytes)
             ids += run
             if left_bytes is not None:
                 sizes = {r.id: r.size for r in found}
@@ -392,9 +398,3 @@ class Dialect(ProducerStatements, InboxStatements, OutcomeStatements, KeyHeads, 
             select(func.count()).select_from(unordered.subquery()).scalar_subquery()
             + select(func.count()).select_from(heads).scalar_subquery()
         )
-
-
-def _claimed_bytes(rows: Sequence[Row[Any]]) -> int:
-    """The bytes of claimed rows' payload and headers (their JSON texts), as
-    :meth:`Dialect.row_bytes` counts them."""
-    return rows_bytes(rows)

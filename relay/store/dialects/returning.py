@@ -44,16 +44,19 @@ class ReturningDialect(Dialect):
         lease_seconds: float,
         expired: bool = True,
         sized: bool = False,
+        sized_late: bool = False,
         hold: Hold = NO_HOLD,
         floored: bool = False,
     ) -> Update:
         """Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
-        the bound bytes: :meth:`within_bytes`), returning them."""
+        the bound bytes: :meth:`within_bytes`, their sizes read after the lanes locked them
+        when ``sized_late``), returning them."""
+        inline = sized and not sized_late
         picked: Any = self.unordered_ids(
-            limit, expired=expired, sized=sized, hold=hold, floored=floored
+            limit, expired=expired, sized=inline, hold=hold, floored=floored
         )
         if sized:
-            picked = self.within_bytes(picked)
+            picked = self.within_bytes(picked, late=sized_late)
         return (
             update(outbox)
             .where(self._among(picked.scalar_subquery()))
@@ -78,6 +81,7 @@ class ReturningDialect(Dialect):
             lease_seconds=ask.lease_seconds,
             expired=ask.expired,
             sized=ask.max_bytes is not None,
+            sized_late=ask.max_bytes is not None and ask.size_late,
             hold=ask.hold,
             floored=ask.floor is not None,
         )

@@ -110,7 +110,8 @@ class Levers:
                 break
             if self._resting.get(limit.name, 0) <= self.clock():
                 hold = Hold(held.types + tuple(earlier), held.keys, only=limit.pattern)
-                rows += self._take(conn, replace(ask, limit=left, hold=hold), limit)
+                limited = replace(ask, limit=left, hold=hold, following=())
+                rows += self._take(conn, limited, limit)
             earlier.append(limit.pattern)
         left_bytes = None if ask.max_bytes is None else ask.max_bytes - _bytes(rows)
         if ask.limit - len(rows) <= 0 or (left_bytes is not None and left_bytes <= 0):

@@ -18,10 +18,17 @@ class Store(Protocol):
     """The dispatch path's verbs; every outcome is fenced on (id, ``locked_by``, attempt)."""
 
     def claim(
-        self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
+        self,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        *,
+        expired: bool = True,
+        following: Sequence[tuple[str, int]] = (),
     ) -> list[ClaimedEvent]:
         """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
-        unordered rows whose lease expired only when ``expired``."""
+        unordered rows whose lease expired only when ``expired``; with ``following`` (key,
+        last number) of runs ``worker`` has in flight, the rows that continue them too."""
         ...
 
     def complete(
@@ -47,6 +54,7 @@ class Store(Protocol):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        following: Sequence[tuple[str, int]] = (),
     ) -> tuple[Completed, list[ClaimedEvent]]:
         """Record a batch's outcomes and lease the next batch at once. This default, for a
         store that subclasses the protocol, does one and then the other; a database store does
@@ -54,7 +62,7 @@ class Store(Protocol):
         done = self.complete(
             worker, sent=sent, rescheduled=rescheduled, buried=buried, released=released
         )
-        return done, self.claim(worker, limit, lease_seconds, expired=expired)
+        return done, self.claim(worker, limit, lease_seconds, expired=expired, following=following)
 
     def release(
         self, worker: str, events: Sequence[ClaimedEvent], delay_seconds: float, error: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Self
 
 from sqlalchemy import Connection, Engine
@@ -74,14 +75,22 @@ class DispatchStore(BaseStore):
 
     # -- the dispatch cycle ----------------------------------------------------------------
     def claim(
-        self, worker: str, limit: int, lease_seconds: float, *, expired: bool = True
+        self,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        *,
+        expired: bool = True,
+        following: Sequence[tuple[str, int]] = (),
     ) -> list[ClaimedEvent]:
         """Lease up to ``limit`` claimable rows to ``worker``, oldest first, and commit; the
         unordered rows whose lease expired only when ``expired``
         (``relay.store.dispatch_path.lease_sweep.LeaseSweep``); no more than
-        ``batch_max_bytes`` of payload and headers, but always at least one row."""
+        ``batch_max_bytes`` of payload and headers, but always at least one row. ``following``:
+        (key, last number) of the runs ``worker`` has in flight, whose next runs it may lease
+        (:class:`~relay.store.dispatch_path.claimsize.Ask`)."""
         with self._tx() as conn:
-            return self._claim(conn, worker, limit, lease_seconds, expired)
+            return self._claim(conn, worker, limit, lease_seconds, expired, following)
 
     def complete(
         self,
@@ -107,19 +116,27 @@ class DispatchStore(BaseStore):
         limit: int,
         lease_seconds: float,
         expired: bool = True,
+        following: Sequence[tuple[str, int]] = (),
     ) -> tuple[Completed, list[ClaimedEvent]]:
         """Record a batch's outcomes and lease the next batch in the same short transaction:
         one commit per batch while draining instead of two, still none across broker I/O."""
         with self._tx() as conn:
             done = self._record(conn, worker, sent, rescheduled, buried, released)
-            return done, self._claim(conn, worker, limit, lease_seconds, expired)
+            return done, self._claim(conn, worker, limit, lease_seconds, expired, following)
 
     def _claim(
-        self, conn: Connection, worker: str, limit: int, lease_seconds: float, expired: bool
+        self,
+        conn: Connection,
+        worker: str,
+        limit: int,
+        lease_seconds: float,
+        expired: bool,
+        following: Sequence[tuple[str, int]] = (),
     ) -> list[ClaimedEvent]:
         max_bytes = self.batch_max_bytes
         asked = limit if max_bytes is None else self._fit.ask(limit)
         ask = Ask(worker, asked, lease_seconds, expired=expired, max_bytes=max_bytes)
+        ask = replace(ask, following=tuple(following), size_late=self._fit.size_late)
         rows = self.levers.claim(conn, ask)
         if max_bytes is not None:
             self._fit.claimed(asked, len(rows), rows_bytes(rows), max_bytes)

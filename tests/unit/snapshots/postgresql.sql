@@ -103,6 +103,25 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
  LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_3) AS anon_2) AS anon_1
 WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
 
+-- claim_statement[sized_late=True]: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + %(attempt_1)s::INTEGER), locked_by=%(locked_by)s::VARCHAR, locked_until=(now() + %(lease_seconds)s * interval '1 second'), updated_at=now() WHERE outbox.id = ANY (array((SELECT anon_1.id
+FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
+FROM (SELECT anon_3.id AS id, (SELECT octet_length(CAST(sized_row.payload AS TEXT)) + coalesce(octet_length(CAST(sized_row.headers AS TEXT)), %(coalesce_1)s::INTEGER) AS anon_4
+FROM outbox AS sized_row
+WHERE sized_row.id = anon_3.id) AS size
+FROM (SELECT anon_5.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, %(coalesce_2)s::VARCHAR) = 'processing' AND outbox.locked_until < now() AND outbox.event_type != ALL (CAST(%(param_1)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_2)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_3)s::VARCHAR AS TEXT[]))) ORDER BY outbox.locked_until, outbox.id
+ LIMIT %(param_4)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_5 UNION ALL SELECT anon_6.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= now()) AND outbox.id >= %(floor)s::BIGINT AND outbox.event_type != ALL (CAST(%(param_5)s::VARCHAR AS TEXT[])) AND NOT (outbox.event_type LIKE ANY (CAST(%(param_6)s::VARCHAR AS TEXT[]))) AND (outbox.ordering_key IS NULL OR outbox.ordering_key != ALL (CAST(%(param_7)s::VARCHAR AS TEXT[]))) ORDER BY outbox.id
+ LIMIT %(param_8)s::INTEGER FOR UPDATE OF outbox SKIP LOCKED) AS anon_6 ORDER BY id
+ LIMIT %(param_9)s::INTEGER) AS anon_3
+ LIMIT ALL OFFSET %(param_10)s::INTEGER) AS anon_2) AS anon_1
+WHERE anon_1.upto <= %(max_bytes)s::BIGINT OR anon_1.upto = anon_1.size AND %(first_anyway)s))) RETURNING outbox.id, outbox.event_type, CAST(outbox.payload AS TEXT) AS payload, CAST(outbox.headers AS TEXT) AS headers, outbox.ordering_key, outbox.attempt, CASE WHEN (outbox.created_at BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN outbox.created_at ELSE NULL END AS created_at, outbox.seq, outbox.event_id, outbox.expires_at IS NOT NULL AND outbox.expires_at <= now() AS expired, CASE WHEN (CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END BETWEEN timestamptz '0001-01-02 00:00:00+00' AND timestamptz '9999-12-30 00:00:00+00') THEN CASE WHEN (outbox.expires_at IS NOT NULL AND outbox.expires_at <= now()) THEN outbox.expires_at ELSE NULL END ELSE NULL END AS expires_at;
+
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT now() AS now_1;
 

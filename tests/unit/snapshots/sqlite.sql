@@ -90,6 +90,25 @@ WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at
  LIMIT ? OFFSET ?) AS anon_3) AS anon_2) AS anon_1
 WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
 
+-- claim_statement[sized_late=True]: Lease the claimable rows :meth:`unordered_ids` picks (``sized``, only those within
+UPDATE outbox SET status='processing', attempt=(outbox.attempt + ?), locked_by=?, locked_until=strftime(?, 'now', printf(?, ?)), updated_at=(strftime('%Y-%m-%d %H:%M:%f000', 'now')) WHERE outbox.id IN (SELECT anon_1.id
+FROM (SELECT anon_2.id AS id, anon_2.size AS size, sum(anon_2.size) OVER (ORDER BY anon_2.id) AS upto
+FROM (SELECT anon_3.id AS id, (SELECT length(CAST(sized_row.payload AS BLOB)) + coalesce(length(CAST(sized_row.headers AS BLOB)), ?) AS anon_4
+FROM outbox AS sized_row
+WHERE sized_row.id = anon_3.id) AS size
+FROM (SELECT anon_5.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND coalesce(outbox.status, ?) = 'processing' AND outbox.locked_until < (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_1])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_1]))) ORDER BY outbox.locked_until, outbox.id
+ LIMIT ? OFFSET ?) AS anon_5 UNION ALL SELECT anon_6.id AS id
+FROM (SELECT outbox.id AS id
+FROM outbox
+WHERE outbox.seq IS NULL AND outbox.status = 'pending' AND (outbox.next_retry_at IS NULL OR outbox.next_retry_at <= (strftime('%Y-%m-%d %H:%M:%f000', 'now'))) AND outbox.id >= ? AND (outbox.event_type NOT IN (__[POSTCOMPILE_event_type_3])) AND outbox.event_type NOT LIKE ? ESCAPE '\' AND (outbox.ordering_key IS NULL OR (outbox.ordering_key NOT IN (__[POSTCOMPILE_ordering_key_2]))) ORDER BY outbox.id
+ LIMIT ? OFFSET ?) AS anon_6 ORDER BY id
+ LIMIT ? OFFSET ?) AS anon_3
+ LIMIT ? OFFSET ?) AS anon_2) AS anon_1
+WHERE anon_1.upto <= ? OR anon_1.upto = anon_1.size AND ? = 1) RETURNING id, event_type, payload AS payload, headers AS headers, ordering_key, attempt, created_at AS created_at, seq, event_id, expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now') AS expired, CASE WHEN (expires_at IS NOT NULL AND julianday(expires_at) <= julianday('now')) THEN expires_at ELSE NULL END AS expires_at;
+
 -- clock_reading: The database's clock, as an aware UTC timestamp (the doctor's skew check).
 SELECT (strftime('%Y-%m-%d %H:%M:%f000', 'now')) AS utc_now_1;
 
