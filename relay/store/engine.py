@@ -65,6 +65,10 @@ def create_engine(
             ours = {**PSYCOPG_CONNECT_ARGS, **ours}
         # Merged under the caller's own connect_args, which may still choose to prepare.
         kwargs = {**kwargs, "connect_args": {**ours, **kwargs.get("connect_args", {})}}
+        if "poolclass" not in kwargs:
+            # The connection used last is handed out first: one that sat longer is pinged
+            # (_ping_when_idle), and a pool taken in turns would ping at every checkout.
+            options["pool_use_lifo"] = True
     options.update(kwargs)
     try:
         engine = sa.create_engine(url, **options)
