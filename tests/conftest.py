@@ -83,6 +83,14 @@ def engine(db_url: str) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture
+def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
+    """An engine on :func:`pg_url`'s database."""
+    eng = create_engine(pg_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
 def store(engine: sa.Engine) -> DispatchStore:
     return DispatchStore(engine)
 

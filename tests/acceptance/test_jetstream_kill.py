@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
 
-from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
 from tests.support import celery_fleet
 from tests.support.env import relay_env, wait_until
@@ -30,13 +28,6 @@ from tests.support.proxy import running_proxy
 
 LEASE = 5
 KILLS = 4
-
-
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(pg_url)
-    yield engine
-    engine.dispose()
 
 
 def _event_ids(engine: sa.Engine) -> dict[str, str]:

@@ -6,7 +6,7 @@ an unreachable server an outage that spends no attempt."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,21 +16,12 @@ from sqlalchemy.orm import Session
 import relay
 from relay import publishers
 from relay.config import Settings, timing
-from relay.dispatch.dispatcher import Dispatcher
 from relay.publishers import Publisher
 from relay.records import ClaimedEvent, PublishResult
-from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
-from tests.support.jetstream import Stream
+from tests.support.jetstream import Stream, drain
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(pg_url)
-    yield engine
-    engine.dispose()
 
 
 def _settings(pg_url: str, stream: Stream, **overrides: object) -> Settings:
@@ -67,15 +58,7 @@ class _Twice:
 
 
 def _drain(settings: Settings, *, twice: bool = False) -> None:
-    publisher = publishers.for_settings(settings)
-    dispatcher = Dispatcher.from_settings(
-        settings, publisher=_Twice(publisher) if twice else publisher
-    )
-    try:
-        dispatcher.drain()
-    finally:
-        publisher.close()
-        dispatcher.store.dispose()
+    drain(settings, _Twice if twice else None)
 
 
 def _rows(engine: sa.Engine) -> dict[int, tuple[str, str, str | None]]:

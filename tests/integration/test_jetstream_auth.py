@@ -30,13 +30,11 @@ from sqlalchemy.orm import Session
 import relay
 from relay import publishers
 from relay.config import Settings
-from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import BrokerUnavailable
-from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
 from tests.support.env import relay_env
 from tests.support.fleet import RELAY_BIN
-from tests.support.jetstream import Stream
+from tests.support.jetstream import Stream, drain
 from tests.support.natsserver import NatsServer, new_key, operator_setup, throwaway_server
 from tests.support.tlsfront import Pki
 
@@ -90,13 +88,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         )
 
 
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(pg_url)
-    yield engine
-    engine.dispose()
-
-
 def _stream(url: str) -> Stream:
     tag = uuid.uuid4().hex[:10]
     return Stream(url, f"AUTHTEST_{tag}", f"authtest{tag}")
@@ -120,14 +111,7 @@ def _drain(pg_url: str, engine: sa.Engine, stream: Stream, n: int = 3) -> list[t
     with Session(engine) as session, session.begin():
         for i in range(n):
             relay.enqueue(session, "auth.checked", {"n": i})
-    settings = _settings(pg_url, stream)
-    publisher = publishers.for_settings(settings)
-    dispatcher = Dispatcher.from_settings(settings, publisher=publisher)
-    try:
-        dispatcher.drain()
-    finally:
-        publisher.close()
-        dispatcher.store.dispose()
+    drain(_settings(pg_url, stream))
     with engine.connect() as conn:
         return [tuple(r) for r in conn.execute(sa.select(outbox.c.status, outbox.c.attempt))]  # type: ignore[misc]
 

@@ -18,24 +18,14 @@ from sqlalchemy.orm import Session
 
 import relay
 import relay.inbox
-from relay import publishers
 from relay.config import Settings
-from relay.dispatch.dispatcher import Dispatcher
 from relay.exceptions import ReplayRefused
-from relay.store.engine import create_engine
 from relay.store.schema.tables import outbox
 from tests.support.env import relay_env
 from tests.support.fleet import RELAY_BIN
-from tests.support.jetstream import Stream
+from tests.support.jetstream import Stream, drain
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(pg_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture
@@ -58,20 +48,13 @@ def _settings(pg_url: str, stream: Stream) -> Settings:
     )
 
 
-def _sent(pg_url: str, engine: sa.Engine, stream: Stream, n: int) -> dict[str, int]:
+def _sent(pg_url: str, pg_engine: sa.Engine, stream: Stream, n: int) -> dict[str, int]:
     """``n`` events committed and relayed to ``stream``: event id → outbox id."""
-    with Session(engine) as session, session.begin():
+    with Session(pg_engine) as session, session.begin():
         for i in range(n):
             relay.enqueue(session, "order.paid", {"n": i}, ordering_key=f"k{i % 3}")
-    settings = _settings(pg_url, stream)
-    publisher = publishers.for_settings(settings)
-    dispatcher = Dispatcher.from_settings(settings, publisher=publisher)
-    try:
-        dispatcher.drain()
-    finally:
-        publisher.close()
-        dispatcher.store.dispose()
-    with engine.connect() as conn:
+    drain(_settings(pg_url, stream))
+    with pg_engine.connect() as conn:
         rows = conn.execute(sa.select(outbox.c.event_id, outbox.c.id, outbox.c.status)).all()
     assert {s for _, _, s in rows} == {"sent"}
     return {str(e): int(i) for e, i, _ in rows}

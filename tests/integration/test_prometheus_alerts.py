@@ -55,13 +55,6 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(pg_url)
-    yield engine
-    engine.dispose()
-
-
 def _firing_within(
     server: prometheus.Prometheus, alert: str, labels: dict[str, str], timeout: float
 ) -> None:

@@ -26,7 +26,6 @@ from relay.dispatch.dispatcher import Dispatcher
 from relay.observe import tracing
 from relay.publishers import message
 from relay.records import ClaimedEvent
-from relay.store.engine import create_engine
 from tests.support.env import wait_until
 from tests.support.rows import rows
 
@@ -45,13 +44,6 @@ def spans() -> Iterator[InMemorySpanExporter]:
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
-
-
-@pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(pg_url)
-    yield engine
-    engine.dispose()
 
 
 def _one(found: list[ReadableSpan], name: str) -> ReadableSpan:

@@ -47,13 +47,6 @@ class Relay:
 
 
 @pytest.fixture
-def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
 def relay(pg_engine: sa.Engine) -> Relay:
     return Relay(pg_engine)
 

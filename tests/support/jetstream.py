@@ -99,3 +99,20 @@ async def _read(url: str, name: str) -> list[Stored]:
         return out
     finally:
         await nc.close()
+
+
+def drain(settings: Any, wrap: Any = None) -> None:
+    """Relay every claimable row of ``settings``' database to its events URL in this process
+    (a real publisher, optionally wrapped by ``wrap``), then close what it opened."""
+    from relay import publishers
+    from relay.dispatch.dispatcher import Dispatcher
+
+    publisher = publishers.for_settings(settings)
+    dispatcher = Dispatcher.from_settings(
+        settings, publisher=wrap(publisher) if wrap else publisher
+    )
+    try:
+        dispatcher.drain()
+    finally:
+        publisher.close()
+        dispatcher.store.dispose()
