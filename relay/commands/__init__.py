@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -80,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"relay: {redact(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError | SelectorError | ReplayRefused) else 1
+    except BrokenPipeError:
+        # The reader went away (`relay status | head`): stop quietly, as other tools do; what
+        # is still buffered goes nowhere instead of into a second traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 __all__ = ["COMMANDS", "DESCRIPTION", "Command", "build_parser", "main", "parse_duration"]

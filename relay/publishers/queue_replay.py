@@ -87,8 +87,8 @@ def check_queue(url: str, exchange: str, queue: str, *, timeout: float = 10.0) -
         raise ReplayRefused("--to-queue: a replay needs the name of an existing queue")
     if url.partition("://")[0].lower() in NATS_SCHEMES:
         raise ReplayRefused(
-            "--to-queue: a replay to NATS JetStream is not supported yet (docs/brokers.md); "
-            "nothing was sent"
+            "--to-queue: NATS JetStream has no queues; replay to a subject a stream captures "
+            "with --to-subject (docs/brokers.md); nothing was sent"
         )
     if len(queue.encode()) > 255:
         raise ReplayRefused(f"--to-queue: {queue[:40]!r}… is over the 255 bytes of a queue name")

@@ -126,3 +126,23 @@ def test_a_celery_worker_with_beat_starts(var: str, value: str, tmp_path: Path) 
         finally:
             worker.terminate()
             worker.wait(timeout=60)
+
+
+def test_a_reader_that_goes_away_ends_a_command_quietly(fresh_dir: Path) -> None:
+    """`relay status | head -0`: the pipe's reader is gone before the command writes; it stops
+    with 141 (as a shell reports SIGPIPE) and no traceback."""
+    assert cli.main(["migrate"]) == 0  # the embedded default database, in this test's folder
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "relay", "status"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
