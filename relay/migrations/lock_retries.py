@@ -86,28 +86,26 @@ def holder(connection: Connection, table: str) -> str:
     return "another session"
 
 
-def long_transaction(connection: Connection) -> tuple[int, int] | None:
-    """MariaDB/MySQL: the oldest other transaction open a second or more, as (thread id,
-    seconds open); None when there is none, or when the migrating user may not see the others
+def open_transactions(connection: Connection) -> dict[tuple[int, str], tuple[int, int]] | None:
+    """MariaDB/MySQL: every other open transaction, by (thread id, transaction id), with
+    (thread id, seconds open); None when the migrating user may not see them
     (``information_schema.innodb_trx`` needs the ``PROCESS`` privilege): the lock wait's own
     timeout and retries are then all that keeps writers from queueing (docs/upgrading.md)."""
     try:
-        row = connection.execute(
+        rows = connection.execute(
             sa.text(
-                "SELECT trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx_started, NOW())"
+                "SELECT trx_mysql_thread_id, trx_id, TIMESTAMPDIFF(SECOND, trx_started, NOW())"
                 " FROM information_schema.innodb_trx"
                 " WHERE trx_mysql_thread_id <> CONNECTION_ID()"
-                " AND trx_started <= NOW() - INTERVAL 1 SECOND"
-                " ORDER BY trx_started LIMIT 1"
             )
-        ).first()
+        ).all()
     except DBAPIError as exc:
         connection.rollback()
         if _not_allowed(exc):
             return None
         raise
     connection.rollback()
-    return None if row is None else (int(row[0]), int(row[1]))
+    return {(int(t), str(i)): (int(t), int(age or 0)) for t, i, age in rows}
 
 
 #: MySQL's "Access denied; you need (at least one of) the PROCESS privilege(s)".
@@ -129,17 +127,28 @@ def _until_no_long_transaction(
     clock: Callable[[], float],
 ) -> None:
     """MariaDB/MySQL, whose lock wait counts whole seconds: wait, holding no lock and so
-    queueing no one, until no transaction has been open a second; give up at ``deadline``."""
-    told: int | None = None
-    while (found := long_transaction(connection)) is not None:
-        thread, seconds = found
+    queueing no one, until every transaction open at the first look has ended (a writer's end
+    within milliseconds, a report's when it does), so that the try's lock wait, and whoever
+    queues behind it, meets only transactions begun since; give up at ``deadline``."""
+    first = open_transactions(connection)
+    if first is None:
+        return
+    waiting, told = set(first), None
+    while True:
+        now = open_transactions(connection)
+        if now is None:
+            return
+        waiting &= set(now)
+        if not waiting:
+            return
+        thread, seconds = max((now[k] for k in waiting), key=lambda found: found[1])
         if clock() > deadline:
             raise LockWaitExceeded(
                 f"gave up after {policy.max_wait_seconds:g} s waiting for thread {thread}"
                 f" (a transaction open {seconds} s) to end before altering the schema; end"
                 " it, or run again with a larger --max-lock-wait"
             )
-        if thread != told:
+        if seconds >= 1 and thread != told:
             say(
                 f"waiting for thread {thread} (a transaction open {seconds} s) to end before"
                 " taking a lock on the schema"

@@ -9,9 +9,9 @@ that soon gives up, its revision rolls back, and ``relay.migrations.lock_retries
 again after a pause, within :attr:`LockPolicy.max_wait_seconds` in all. A writer then waits
 at most one ``lock_timeout`` behind a migration, never the report's whole length. MariaDB's
 metadata locks queue the same way, but its ``lock_wait_timeout`` counts whole seconds (at
-least one): there the migration first waits, queueing no one, until no transaction has been
-open for a second (``relay.migrations.lock_retries``), so a statement waits in the lock queue
-only behind transactions that end within milliseconds, or a long one that began in between.
+least one): there the migration first waits, queueing no one, until every transaction open
+at its first look has ended (``relay.migrations.lock_retries``), so a statement waits in the
+lock queue only behind transactions begun since, which a writer's end within milliseconds.
 
 Indexes on the outbox are built ``CONCURRENTLY`` on PostgreSQL, outside the revision's
 transaction (Alembic's ``autocommit_block``): the build waits for older transactions without
