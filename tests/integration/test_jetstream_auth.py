@@ -94,11 +94,8 @@ def _stream(url: str) -> Stream:
 
 
 def _settings(pg_url: str, stream: Stream) -> Settings:
-    return Settings(
-        database_url=pg_url,
-        events_url=stream.url,
-        exchange=stream.exchange,
-        nats_stream=stream.name,
+    return stream.settings(
+        pg_url,
         confirm_timeout_seconds=3,
         backoff_base_seconds=0.05,
         backoff_max_seconds=0.2,

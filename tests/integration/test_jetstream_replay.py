@@ -39,11 +39,8 @@ def other_stream(jetstream: Stream) -> Iterator[Stream]:
 
 
 def _settings(pg_url: str, stream: Stream) -> Settings:
-    return Settings(
-        database_url=pg_url,
-        events_url=stream.url,
-        exchange=stream.exchange,
-        nats_stream=stream.name,
+    return stream.settings(
+        pg_url,
         confirm_timeout_seconds=5,
     )
 

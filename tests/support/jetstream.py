@@ -36,6 +36,18 @@ class Stream:
         """The variables that point a relay at this stream."""
         return {"events_url": self.url, "nats_stream": self.name, "exchange": self.exchange}
 
+    def settings(self, database_url: str, **overrides: Any) -> Any:
+        """The relay's ``Settings`` for ``database_url`` publishing to this stream."""
+        from relay.config import Settings
+
+        return Settings(
+            database_url=database_url,
+            events_url=self.url,
+            exchange=self.exchange,
+            nats_stream=self.name,
+            **overrides,
+        )
+
     def messages(self) -> list[Stored]:
         """Every message in the stream, in stream order (empty when there is no stream)."""
         return asyncio.run(_read(self.url, self.name))
