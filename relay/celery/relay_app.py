@@ -21,6 +21,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
+from relay.celery import steady
 from relay.celery.acks import PromptAcks
 from relay.celery.many_databases import Runtimes, drain_budget, fleet_tick
 from relay.celery.names import CLAIM_AND_DISPATCH, PURGE_SENT, TICK
@@ -181,10 +182,14 @@ def install(app: Celery, settings: Settings, *, wakeup: bool = True) -> Runtime:
         return deleted
 
     app.add_periodic_task(
-        s.tick_seconds, tick.signature(), name=TICK, expires=s.tick_seconds, queue=s.queue
+        steady.every(s.tick_seconds),
+        tick.signature(),
+        name=TICK,
+        expires=s.tick_seconds,
+        queue=s.queue,
     )
     app.add_periodic_task(
-        s.purge_interval_seconds,
+        steady.every(s.purge_interval_seconds),
         purge_sent.signature(),
         name=PURGE_SENT,
         expires=s.purge_interval_seconds,
