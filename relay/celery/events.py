@@ -15,7 +15,6 @@ import kombu
 from celery import Celery, bootsteps
 from sqlalchemy import Engine
 
-from relay.celery import steady
 from relay.celery.names import PURGE_INBOX
 from relay.config import Settings
 from relay.consume import inbox
@@ -153,6 +152,4 @@ def _install_inbox_purge(app: Celery, registry: _EventQueues, retention: float) 
         log.info("purged %d inbox rows older than %gs", deleted, retention)
         return deleted
 
-    app.add_periodic_task(
-        steady.every(3600.0), purge_inbox.signature(), name=PURGE_INBOX, expires=3600.0
-    )
+    app.add_periodic_task(3600.0, purge_inbox.signature(), name=PURGE_INBOX, expires=3600.0)

@@ -1,36 +1,33 @@
-"""The interval of the relay's beat entries, without beat's busy wait before each run.
+"""Celery beat's scheduler for the relay's own app: beat sleeps until each run is due.
 
-Celery beat wakes each entry's run a little early (:meth:`celery.beat.Scheduler.adjust` takes
-10 ms off every sleep) and, when it finds the entry not due yet, sleeps only if the time left
-less that margin is positive: for the last 10 ms before each run it loops without sleeping.
-Once a second (the tick) that loop cost beat about 0.8% of a core on an idle fleet, more than
-everything else the fleet does when there is nothing to send (measured beside a plain Celery
-``schedule``: docs/performance.md). :class:`Steady` gives beat, for an entry that is not due,
-the time left plus that margin, so beat sleeps until the run is due, and runs it then.
+Celery beat wakes a little early for every run (:meth:`celery.beat.Scheduler.adjust` takes
+10 ms off each sleep) and, when it finds the run not due yet, sleeps only if the time left less
+that margin is positive: through the last 10 ms before each run it loops without sleeping,
+about 30 passes of its scheduler a run. Once a second (the relay's tick) that loop cost beat
+about 0.8% of a core on an idle fleet, more than the rest of the fleet's idle work
+(docs/running.md, "What wakes an idle relay"). :class:`Scheduler` is Celery's default
+``PersistentScheduler`` without that margin: beat sleeps the time left, then runs the entry.
+
+The relay's own app (``celery -A relay beat``, :func:`relay.celery.create_app`) uses it
+(``beat_scheduler``); an app of your own opts in with
+``beat_scheduler = "relay.celery.steady:Scheduler"`` or ``celery beat -S
+relay.celery.steady:Scheduler``. Nothing of it is written to beat's schedule file: the entries
+stay Celery's own, so an earlier release's beat reads the file as before.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from celery.beat import Scheduler
-from celery.schedules import schedstate, schedule
+from celery.beat import PersistentScheduler
 
-#: How early beat wakes for a run (the ``drift`` default of ``Scheduler.adjust``: -0.01 s).
-EARLY_SECONDS = -float((Scheduler.adjust.__defaults__ or (0.0,))[0])
-
-
-class Steady(schedule):
-    """A Celery ``schedule`` every ``run_every``, that beat sleeps through until each run."""
-
-    def is_due(self, last_run_at: Any) -> schedstate:
-        due, remaining = super().is_due(last_run_at)
-        if not due and remaining > 0:
-            remaining += EARLY_SECONDS
-        return schedstate(is_due=due, next=remaining)
+#: The ``beat_scheduler`` setting that names :class:`Scheduler`.
+NAME = "relay.celery.steady:Scheduler"
 
 
-def every(seconds: float) -> Steady:
-    """A :class:`Steady` schedule of ``seconds``."""
-    return Steady(timedelta(seconds=seconds))
+class Scheduler(PersistentScheduler):
+    """``PersistentScheduler`` that sleeps until a run is due instead of 10 ms less."""
+
+    def adjust(self, n: Any, drift: float = 0.0) -> Any:
+        """The time left until a run, as it is: no early wake to loop through."""
+        return n

@@ -1,62 +1,35 @@
-"""The relay's beat entries (relay.celery.steady): beat sleeps until each run instead of looping
-through the last 10 ms before it, and the entries survive beat's schedule file."""
+"""Beat's scheduler for the relay's app (relay.celery.steady): beat sleeps until each run
+instead of looping through the last 10 ms before it, and its schedule file stays Celery's."""
 
 from __future__ import annotations
 
-import pickle
+import shelve
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 from celery import Celery, beat
+from celery.apps.beat import Beat
+from kombu.utils.imports import symbol_by_name
 
-from relay.celery import steady
+from relay.celery import celery_config, steady
+from relay.config import Settings
 
-#: The interval of the beat test, seconds, and how many runs it waits for.
+#: The interval of the beat loop tested, seconds, and how many runs it waits for.
 INTERVAL = 0.2
 RUNS = 5
 
 
-def test_an_entry_not_due_yet_is_slept_through_to_its_run() -> None:
-    """Beat takes EARLY_SECONDS off every sleep; the entry gives it back, so what beat sleeps
-    is the time left, where a plain schedule's would be 10 ms short of it."""
-    every = steady.every(1.0)
-    now = every.now()
-    due, remaining = every.is_due(now - timedelta(seconds=0.4))
-    assert not due
-    slept = beat.Scheduler.adjust(None, remaining)  # type: ignore[arg-type]
-    assert 0.55 < slept <= 0.6 + 1e-3, slept
-    # Within the last 10 ms, where a plain schedule leaves beat nothing to sleep (it loops),
-    # beat still sleeps until the run.
-    due, remaining = every.is_due(now - timedelta(seconds=0.995))
-    assert not due
-    assert beat.Scheduler.adjust(None, remaining) > 0  # type: ignore[arg-type]
-
-
-def test_a_due_entry_runs_and_names_its_next_interval() -> None:
-    every = steady.every(1.0)
-    due, nxt = every.is_due(datetime.now(UTC) - timedelta(seconds=2))
-    assert due
-    assert nxt == 1.0
-
-
-def test_the_entry_survives_the_schedule_file() -> None:
-    """PersistentScheduler keeps entries in a shelve: a Steady comes back a Steady."""
-    back = pickle.loads(pickle.dumps(steady.every(2.5)))  # noqa: S301 (our own bytes)
-    assert isinstance(back, steady.Steady)
-    assert back == steady.every(2.5)
-
-
-def test_beat_ticks_a_few_times_a_run_not_once_a_spin() -> None:
-    """A real beat loop (in-memory broker): each run is sent, and beat's scheduler is asked
-    about three times per run at most (a plain schedule: once every pass of a busy loop
-    through the last 10 ms, about 30 times a run on this machine)."""
+def _beat_loop(scheduler: type[beat.Scheduler], tmp_path: Path) -> dict[str, int]:
+    """A real beat loop (in-memory broker) over one entry every INTERVAL, for RUNS runs: how
+    many runs it sent and how many times it asked its scheduler."""
     app = Celery("steady-test", broker="memory://")
-    app.conf.beat_schedule = {"t": {"task": "t", "schedule": steady.every(INTERVAL)}}
+    app.conf.beat_schedule = {"t": {"task": "t", "schedule": INTERVAL}}
     counts = {"ticks": 0, "sent": 0}
 
-    class Counting(beat.Scheduler):  # type: ignore[misc]
+    class Counting(scheduler):  # type: ignore[valid-type,misc]
         def tick(self, *args: Any, **kwargs: Any) -> float:
             counts["ticks"] += 1
             return float(super().tick(*args, **kwargs))
@@ -64,11 +37,41 @@ def test_beat_ticks_a_few_times_a_run_not_once_a_spin() -> None:
         def apply_async(self, *args: Any, **kwargs: Any) -> None:
             counts["sent"] += 1
 
-    service = beat.Service(app, scheduler_cls=Counting)
+    service = beat.Service(app, scheduler_cls=Counting, schedule_filename=str(tmp_path / "s"))
     runner = threading.Thread(target=service.start, daemon=True)
     runner.start()
     time.sleep(INTERVAL * RUNS + INTERVAL / 2)
     service.stop()
     runner.join(5)
+    return counts
+
+
+def test_beat_asks_its_scheduler_a_few_times_a_run_not_once_a_spin(tmp_path: Path) -> None:
+    """Each run is sent, and the scheduler is asked about twice per run (Celery's own
+    PersistentScheduler: once every pass of a busy loop through the last 10 ms, hundreds of
+    times in this test on the machine it was written on)."""
+    counts = _beat_loop(steady.Scheduler, tmp_path)
     assert counts["sent"] >= RUNS - 1, counts
     assert counts["ticks"] <= 3 * counts["sent"] + 2, counts
+
+
+def test_the_schedule_file_holds_only_celerys_own_classes(tmp_path: Path) -> None:
+    """A beat of an earlier release (or plain Celery) reads the file this one wrote."""
+    app = Celery("steady-file", broker="memory://")
+    app.conf.beat_schedule = {"t": {"task": "t", "schedule": 1.0}}
+    scheduler = steady.Scheduler(app=app, schedule_filename=str(tmp_path / "s"))
+    scheduler.sync()
+    scheduler.close()
+    with shelve.open(str(tmp_path / "s")) as stored:  # noqa: S301 (a file of our own)
+        entries = stored["entries"]
+    assert type(entries["t"].schedule).__module__ == "celery.schedules"
+    plain = beat.PersistentScheduler(app=app, schedule_filename=str(tmp_path / "s"))
+    assert plain.schedule["t"].schedule.seconds == pytest.approx(1.0)
+    plain.close()
+
+
+def test_the_relays_own_app_runs_beat_on_it() -> None:
+    """``celery -A relay beat`` (celery.apps.beat.Beat) takes the app's ``beat_scheduler``."""
+    app = Celery("named", broker="memory://")
+    app.conf.update(celery_config(Settings()))
+    assert symbol_by_name(Beat(app=app).scheduler_cls) is steady.Scheduler
