@@ -28,7 +28,7 @@ demo: $(DEMO_VENV)/bin/relay
 # Two at a time (pytest-xdist), then the timing-sensitive tests (marker `serial`: latency bounds,
 # pauses) alone, since a second test on the same two cores would distort what they measure.
 test: setup
-	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" --durations=20
+	$(BIN)/pytest -n 3 --dist loadfile -m "not serial" --durations=20
 	$(BIN)/pytest -m serial --durations=10
 
 # The fast tier, with no server: the unit tests and the documentation's examples (which run on the
