@@ -17,6 +17,7 @@ Celery. Its modules:
   :func:`create_app`), run by a :class:`~relay.dispatch.runtime.Runtime` per database in each
   worker process;
 - :mod:`~relay.celery.acks`: :class:`PromptAcks`, a worker's acks sent as soon as its task ran;
+- :mod:`~relay.celery.steady`: :class:`BeatScheduler`, beat sleeping until each run is due;
 - :mod:`~relay.celery.wakeup`: wake-ups after commits and from beat's watcher;
 - :mod:`~relay.celery.transactional`: :func:`send_task` and :class:`TransactionalTask`;
 - :mod:`~relay.celery.events`: :func:`on_event` and the worker's event consumer.
@@ -31,6 +32,7 @@ from celery import Celery
 from relay.celery.acks import PromptAcks
 from relay.celery.events import on_event
 from relay.celery.relay_app import celery_config, create_app, install
+from relay.celery.steady import BeatScheduler
 from relay.celery.transactional import TransactionalTask, send_task
 from relay.celery.wakeup import enable_wakeup
 
@@ -46,6 +48,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BeatScheduler",
     "PromptAcks",
     "TransactionalTask",
     "app",

@@ -50,7 +50,7 @@ def test_beat_asks_its_scheduler_a_few_times_a_run_not_once_a_spin(tmp_path: Pat
     """Each run is sent, and the scheduler is asked about twice per run (Celery's own
     PersistentScheduler: once every pass of a busy loop through the last 10 ms, hundreds of
     times in this test on the machine it was written on)."""
-    counts = _beat_loop(steady.Scheduler, tmp_path)
+    counts = _beat_loop(steady.BeatScheduler, tmp_path)
     assert counts["sent"] >= RUNS - 1, counts
     assert counts["ticks"] <= 3 * counts["sent"] + 2, counts
 
@@ -59,7 +59,7 @@ def test_the_schedule_file_holds_only_celerys_own_classes(tmp_path: Path) -> Non
     """A beat of an earlier release (or plain Celery) reads the file this one wrote."""
     app = Celery("steady-file", broker="memory://")
     app.conf.beat_schedule = {"t": {"task": "t", "schedule": 1.0}}
-    scheduler = steady.Scheduler(app=app, schedule_filename=str(tmp_path / "s"))
+    scheduler = steady.BeatScheduler(app=app, schedule_filename=str(tmp_path / "s"))
     scheduler.sync()
     scheduler.close()
     with shelve.open(str(tmp_path / "s")) as stored:  # noqa: S301 (a file of our own)
@@ -74,4 +74,4 @@ def test_the_relays_own_app_runs_beat_on_it() -> None:
     """``celery -A relay beat`` (celery.apps.beat.Beat) takes the app's ``beat_scheduler``."""
     app = Celery("named", broker="memory://")
     app.conf.update(celery_config(Settings()))
-    assert symbol_by_name(Beat(app=app).scheduler_cls) is steady.Scheduler
+    assert symbol_by_name(Beat(app=app).scheduler_cls) is steady.BeatScheduler
