@@ -25,8 +25,9 @@ $(DEMO_VENV)/bin/relay: pyproject.toml
 demo: $(DEMO_VENV)/bin/relay
 	$(DEMO_VENV)/bin/relay demo
 
-# Two at a time (pytest-xdist), then the timing-sensitive tests (marker `serial`: latency bounds,
-# pauses) alone, since a second test on the same two cores would distort what they measure.
+# Three at a time (pytest-xdist: on two cores the third fills the others' waits on servers),
+# then the timing-sensitive tests (marker `serial`: latency bounds, pauses) alone, since a
+# second test on the same two cores would distort what they measure.
 test: setup
 	$(BIN)/pytest -n 3 --dist loadfile -m "not serial" --durations=20
 	$(BIN)/pytest -m serial --durations=10

@@ -22,7 +22,7 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-#: The ``beat_scheduler`` setting that names :class:`Scheduler`.
+#: The ``beat_scheduler`` setting that names :class:`BeatScheduler`.
 NAME = "relay.celery:BeatScheduler"
 
 
