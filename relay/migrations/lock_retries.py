@@ -118,7 +118,7 @@ def _not_allowed(exc: DBAPIError) -> bool:
     return bool(args) and args[0] == _SPECIFIC_ACCESS_DENIED
 
 
-def _until_no_long_transaction(
+def _until_first_seen_end(
     connection: Connection,
     policy: LockPolicy,
     say: Callable[[str], None],
@@ -130,14 +130,10 @@ def _until_no_long_transaction(
     queueing no one, until every transaction open at the first look has ended (a writer's end
     within milliseconds, a report's when it does), so that the try's lock wait, and whoever
     queues behind it, meets only transactions begun since; give up at ``deadline``."""
-    first = open_transactions(connection)
-    if first is None:
-        return
-    waiting, told = set(first), None
-    while True:
-        now = open_transactions(connection)
-        if now is None:
-            return
+    now = open_transactions(connection)
+    waiting = set(now or ())
+    told: int | None = None
+    while now is not None:
         waiting &= set(now)
         if not waiting:
             return
@@ -155,6 +151,7 @@ def _until_no_long_transaction(
             )
             told = thread
         sleep(policy.first_retry_seconds)
+        now = open_transactions(connection)
 
 
 def set_lock_timeout(connection: Connection, policy: LockPolicy) -> None:
@@ -181,7 +178,7 @@ def run(
     while True:
         if connection.dialect.name in MYSQL:
             deadline = started + policy.max_wait_seconds
-            _until_no_long_transaction(connection, policy, say, sleep, deadline, clock)
+            _until_first_seen_end(connection, policy, say, sleep, deadline, clock)
         # Each try: a concurrent index build cut short left its longer timeout on the session.
         set_lock_timeout(connection, policy)
         try:

@@ -11,7 +11,7 @@ at most one ``lock_timeout`` behind a migration, never the report's whole length
 metadata locks queue the same way, but its ``lock_wait_timeout`` counts whole seconds (at
 least one): there the migration first waits, queueing no one, until every transaction open
 at its first look has ended (``relay.migrations.lock_retries``), so a statement waits in the
-lock queue only behind transactions begun since, which a writer's end within milliseconds.
+lock queue only behind transactions begun since: a writer's, which ends within milliseconds.
 
 Indexes on the outbox are built ``CONCURRENTLY`` on PostgreSQL, outside the revision's
 transaction (Alembic's ``autocommit_block``): the build waits for older transactions without

@@ -13,6 +13,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from relay.config import Settings
+
 
 @dataclass(frozen=True)
 class Stored:
@@ -36,10 +38,8 @@ class Stream:
         """The variables that point a relay at this stream."""
         return {"events_url": self.url, "nats_stream": self.name, "exchange": self.exchange}
 
-    def settings(self, database_url: str, **overrides: Any) -> Any:
+    def settings(self, database_url: str, **overrides: Any) -> Settings:
         """The relay's ``Settings`` for ``database_url`` publishing to this stream."""
-        from relay.config import Settings
-
         return Settings(
             database_url=database_url,
             events_url=self.url,
