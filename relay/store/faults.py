@@ -12,6 +12,7 @@ server are replaced at their next checkout.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -41,6 +42,25 @@ def is_connection_fault(error: BaseException | None) -> bool:
         return sqlstate in PG_SQLSTATES or sqlstate[:2] in PG_SQLSTATE_CLASSES
     args: tuple[Any, ...] = getattr(error, "args", ())
     return bool(args) and isinstance(args[0], int) and args[0] in MYSQL_ERRORS
+
+
+#: A table that is not there: PostgreSQL's SQLSTATE 42P01 undefined_table, MySQL/MariaDB's 1146
+#: ER_NO_SUCH_TABLE. SQLite gives the generic SQLITE_ERROR, so there the message tells.
+PG_UNDEFINED_TABLE = "42P01"
+MYSQL_NO_SUCH_TABLE = 1146
+
+
+def is_missing_table(error: BaseException | None) -> bool:
+    """Whether the driver's ``error`` says a table the statement names does not exist (the
+    usual cause: ``relay migrate`` has not run on this database yet)."""
+    if error is None:
+        return False
+    if getattr(error, "sqlstate", None) == PG_UNDEFINED_TABLE:
+        return True
+    args: tuple[Any, ...] = getattr(error, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0] == MYSQL_NO_SUCH_TABLE
+    return isinstance(error, sqlite3.OperationalError) and str(error).startswith("no such table")
 
 
 def is_unavailable(exc: sa_exc.SQLAlchemyError) -> bool:

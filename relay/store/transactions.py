@@ -70,6 +70,9 @@ def translate_errors() -> Iterator[None]:
 def relay_error(exc: Exception, *, unavailable: bool) -> StoreError:
     """The relay's error for a database error ``exc`` (SQLAlchemy's or the driver's):
     :class:`DatabaseUnavailable` when it is the connection's fault, its first line redacted."""
+    text = first_line_redacted(exc)
+    if faults.is_missing_table(getattr(exc, "orig", exc)):
+        text += " (has `relay migrate` run on this database?)"
     if unavailable:
-        return DatabaseUnavailable(f"database unavailable: {first_line_redacted(exc)}")
-    return StoreError(f"database error: {first_line_redacted(exc)}")
+        return DatabaseUnavailable(f"database unavailable: {text}")
+    return StoreError(f"database error: {text}")

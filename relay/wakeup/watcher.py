@@ -190,10 +190,11 @@ class Poller(Background):
 
     It looks ``floor`` seconds after finding rows, doubling the wait after each look that found
     none, up to ``ceiling`` (the tick): idle, it costs one bounded count of the claim index per
-    ceiling. A look that fails for a passing reason (the database unreachable) is logged and
-    retried at the next one; one that retrying cannot mend (the outbox table missing, a
-    permission revoked) stops the poller with an ERROR log and is kept in :attr:`error`,
-    instead of the same warning every ceiling for ever.
+    ceiling. A look that fails for a passing reason (the database unreachable; on SQLite, the
+    tables not made yet) is logged once per cause and retried at the next one; one that
+    retrying cannot mend (a table missing on a server, a permission revoked) stops the poller
+    with an ERROR log and is kept in :attr:`error`, instead of the same warning every ceiling
+    for ever. Either names `relay migrate` when a table is missing.
     """
 
     def __init__(
@@ -214,6 +215,7 @@ class Poller(Background):
         super().stop(timeout)
 
     def run(self) -> None:
+        failing: str | None = None  # the last failure logged, until a look succeeds
         while not self._stop.wait(self.poll.next()):
             self.looks += 1
             try:
@@ -224,8 +226,13 @@ class Poller(Background):
                     self.error = exc
                     log.error("relay poller stopped: looking for new rows cannot succeed: %s", exc)
                     return
-                log.warning("relay poller could not look for new rows: %s", exc)
+                if str(exc) != failing:  # once per cause, not at every look
+                    failing = str(exc)
+                    log.warning("relay poller could not look for new rows, retrying: %s", exc)
                 continue
+            if failing is not None:
+                failing = None
+                log.info("relay poller looking for new rows again")
             if rows:
                 self.found += 1
                 self.on_found()
