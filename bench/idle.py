@@ -1,12 +1,14 @@
 """What an idle relay costs (issue 51), and how soon it delivers the first event after a quiet
 spell.
 
-For each runner, ``relay dispatch --loop`` at the defaults and the Celery fleet (beat + one
-solo-pool worker), each on a fresh PostgreSQL database of its own, with nothing to send:
+For each runner, ``relay dispatch --loop`` at the defaults, the Celery fleet (beat + one
+solo-pool worker), each on a fresh PostgreSQL database of its own, and ``relay dispatch --loop``
+over two such databases of one server (``RELAY_DATABASES``: the many-databases runner, its
+server watch's looks counted in the first database), with nothing to send:
 
 - CPU: the user + system CPU of all the runner's processes (and their children) from
   ``/proc/PID/stat`` over ``seconds`` of quiet, as % of one core;
-- transactions: the growth of ``xact_commit + xact_rollback`` of the runner's own database in
+- transactions: the growth of ``xact_commit + xact_rollback`` of the runner's own databases in
   ``pg_stat_database`` over the same window, read from the server's ``postgres`` database, so
   the reads themselves count nothing there (and nothing else uses the runner's database: the
   consumer reads the broker);
@@ -43,7 +45,8 @@ from bench import procs, services
 from bench.timing import Arrivals
 
 DISPATCH, CELERY = "relay dispatch --loop", "beat + 1 Celery worker"
-RUNNERS = (DISPATCH, CELERY)
+MANY = "relay dispatch --loop, RELAY_DATABASES of 2"
+RUNNERS = (DISPATCH, CELERY, MANY)
 #: Seconds the runner rests after its warm-up event before the window opens.
 SETTLE_SECONDS = 5.0
 #: Up to this much is added at random to each sample's silence (a fixed seed).
@@ -67,15 +70,16 @@ def descendants(pids: Sequence[int]) -> list[int]:
     return found
 
 
-def transactions(admin: sa.Engine, database: str) -> int:
-    """Transactions the server counted in ``database`` so far (commits and rollbacks)."""
+def transactions(admin: sa.Engine, databases: Sequence[str]) -> int:
+    """Transactions the server counted in ``databases`` so far (commits and rollbacks)."""
     with admin.connect() as conn:
         return int(
             conn.execute(
                 sa.text(
-                    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = :d"
-                ),
-                {"d": database},
+                    "SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database"
+                    " WHERE datname IN :d"
+                ).bindparams(sa.bindparam("d", expanding=True)),
+                {"d": list(databases)},
             ).scalar_one()
         )
 
@@ -100,7 +104,7 @@ def _first_event(engine: sa.Engine, arrivals: Arrivals, n: int) -> float:
 
 @contextlib.contextmanager
 def _runner(runner: str, env: dict[str, str], source: str | None) -> Iterator[list[int]]:
-    if runner == DISPATCH:
+    if runner in (DISPATCH, MANY):
         started = procs.workers(procs.relay_command(), env, 1, ready=procs.RELAY_READY)
     else:
         # Celery puts its working directory first on sys.path: run it in the revision's source.
@@ -118,12 +122,21 @@ def one(
 ) -> dict[str, Any]:
     """One runner of one revision (``source``: its unpacked ``relay``; None: the checkout)."""
     admin = sa.create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with services.database("idle", source=source) as url:
-        database = sa.make_url(url).database
-        assert database is not None
+    with contextlib.ExitStack() as dbs:
+        urls = [
+            dbs.enter_context(services.database("idle", source=source))
+            for _ in range(2 if runner == MANY else 1)
+        ]
+        url = urls[0]  # where the events are committed
+        names = [str(sa.make_url(u).database) for u in urls]
         exchange = f"bench.idle.{uuid.uuid4().hex[:8]}"
+        where = (
+            {"RELAY_DATABASES": ",".join(f"db{i}={u}" for i, u in enumerate(urls))}
+            if runner == MANY
+            else {"RELAY_DATABASE_URL": url}
+        )
         env = {
-            "RELAY_DATABASE_URL": url,
+            **where,
             "RELAY_BROKER_URL": services.AMQP_URL,
             "RELAY_EXCHANGE": exchange,
             "RELAY_QUEUE": f"bench.idle.tasks.{uuid.uuid4().hex[:8]}",
@@ -139,12 +152,12 @@ def one(
                 warm = _first_event(engine, arrivals, 0)
                 time.sleep(SETTLE_SECONDS)  # the quiet before the window, not synchronization
                 every = descendants(pids)
-                cpu0, xact0 = procs.cpu_seconds(every), transactions(admin, database)
+                cpu0, xact0 = procs.cpu_seconds(every), transactions(admin, names)
                 t0 = time.monotonic()
                 time.sleep(seconds)  # the idle window measured
                 elapsed = time.monotonic() - t0
                 cpu = procs.cpu_seconds(every) - cpu0
-                xacts = transactions(admin, database) - xact0
+                xacts = transactions(admin, names) - xact0
                 first = _first_event(engine, arrivals, 1)
                 later = []
                 jitter = random.Random(51)
@@ -198,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=5)
     p.add_argument("--gap", type=float, default=3.0)
     p.add_argument("--baseline", action="append", default=[], metavar="REV")
-    p.add_argument("--runner", action="append", choices=RUNNERS, help="default: both")
+    p.add_argument("--runner", action="append", choices=RUNNERS, help="default: all")
     ns = p.parse_args(argv)
     result = run(ns.seconds, ns.samples, ns.gap, ns.baseline, ns.runner or RUNNERS)
     print(json.dumps(result, indent=2))

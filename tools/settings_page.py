@@ -97,10 +97,11 @@ MEANING: dict[str, str] = {
     "wait of adaptive polling, doubling to the tick while idle; shortest gap between two "
     "wake-ups beat's watcher sends",
     "watch_idle_seconds": "PostgreSQL: the longest wait between two looks of the wake-up at "
-    "the id sequence while nothing moves (it looks every poll floor after a move, doubling to "
-    "this). A commit after a quiet spell waits at most about this long for its first claim; "
-    "an idle watcher makes `1 / this` database transactions a second, less the one the tick's "
-    "claim takes instead ([what wakes an idle relay](running.md#what-wakes-an-idle-relay))",
+    "the id sequence (over `RELAY_DATABASES`, at each server's written-rows figures) while "
+    "nothing moves (it looks every poll floor after a move, doubling to this). A commit after "
+    "a quiet spell waits at most about this long for its first claim; an idle watcher makes "
+    "`1 / this` database transactions a second, less the one the tick's claim takes instead "
+    "([what wakes an idle relay](running.md#what-wakes-an-idle-relay))",
     "metrics_port": "Prometheus endpoint (`/metrics`) of `relay dispatch --loop` and of "
     "`celery -A relay worker` ([metrics](operations.md#metrics)); unset: no endpoint, nothing "
     "counted",

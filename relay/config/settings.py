@@ -103,7 +103,8 @@ class Settings:
     #: between two wake-ups the Celery fleet's beat sends.
     poll_floor_seconds: float = 0.025
     #: PostgreSQL: the longest wait between two looks of the wake-up at the outbox id sequence
-    #: while nothing moves; it looks ``poll_floor_seconds`` after a move, doubling to this. A
+    #: (over several databases, at a server's written-rows figures) while nothing moves; it
+    #: looks ``poll_floor_seconds`` after a move, doubling to this. A
     #: commit after a quiet spell waits at most about this long for the look that finds it; an
     #: idle watcher costs ``1 / this`` statements (and database transactions) a second, less
     #: the one the tick's claim takes instead.

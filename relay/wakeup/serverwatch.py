@@ -1,9 +1,11 @@
 """The many-databases wake-up: one watcher per PostgreSQL *server*, not per database.
 
-Every ``RELAY_POLL_FLOOR_SECONDS`` it reads how many rows each of the server's relayed
-databases has inserted (:class:`relay.store.dispatch_path.serverstats.ServerStats`, one
-statement on one connection) and wakes the databases whose count moved; the scheduler then
-claims there only.
+It reads how many rows each of the server's relayed databases has inserted
+(:class:`relay.store.dispatch_path.serverstats.ServerStats`, one statement on one connection)
+and wakes the databases whose count moved; the scheduler then claims there only. It looks every
+``RELAY_POLL_FLOOR_SECONDS`` while counts move and for a second after, then backs off, doubling,
+to ``RELAY_WATCH_IDLE_SECONDS`` (:class:`relay.wakeup.polling.WatchPace`, as the one-database
+watcher): an idle server costs four looks a second, not forty.
 A count moves late when the writer's session reported its statistics less than a second
 before (PostgreSQL reports then within 10 s), so the scheduler also polls the databases busy
 lately (:mod:`relay.runners.many.schedule`). When the watcher loses its server it wakes every
@@ -13,6 +15,7 @@ database (rows may have come meanwhile) and looks again with backoff.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +27,7 @@ from relay.policy import Backoff
 from relay.store.dispatch_path.serverstats import ServerStats, changed
 from relay.store.engine import APPLICATION_NAME, create_engine
 from relay.threads import Background
+from relay.wakeup.polling import WatchPace
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +35,11 @@ log = logging.getLogger(__name__)
 def server_watches(fleet: Fleet, on_wake: Callable[[tuple[str, ...]], None]) -> list[ServerWatcher]:
     """One :class:`ServerWatcher` (not started) per PostgreSQL server of ``fleet`` that a
     wake-up watches (``RELAY_NOTIFY`` on); none otherwise."""
-    floor = fleet.settings.poll_floor_seconds
-    return [ServerWatcher(s.address, s.url, s.datnames, on_wake, floor) for s in fleet.watched]
+    floor, idle = fleet.settings.poll_floor_seconds, fleet.settings.watch_idle_seconds
+    return [
+        ServerWatcher(s.address, s.url, s.datnames, on_wake, floor, idle=idle)
+        for s in fleet.watched
+    ]
 
 
 def stats_by_server(fleet: Fleet) -> list[tuple[ServerStats, dict[str, str]]]:
@@ -58,7 +65,8 @@ def _engine(url: Any) -> Any:
 class ServerWatcher(Background):
     """Watches one server's databases (``datnames``: database name -> relay name) in a daemon
     thread, calling ``on_wake`` with the relay names of those that inserted rows, or with
-    ``()`` when it cannot tell (it lost the server)."""
+    ``()`` when it cannot tell (it lost the server). It looks every ``floor`` seconds while
+    counts move, backing off to ``idle`` (None: ``floor``) when they do not."""
 
     def __init__(
         self,
@@ -67,6 +75,8 @@ class ServerWatcher(Background):
         datnames: Mapping[str, str],
         on_wake: Callable[[tuple[str, ...]], None],
         floor: float = 0.025,
+        *,
+        idle: float | None = None,
     ) -> None:
         super().__init__("relay-server-watch", self._run)
         self.server, self.datnames, self.on_wake, self.floor = (
@@ -76,6 +86,9 @@ class ServerWatcher(Background):
             floor,
         )
         self.stats = ServerStats(_engine(url), list(self.datnames))
+        ceiling = floor if idle is None else max(floor, idle)
+        #: When to look: the floor while counts move, doubling to ``idle`` while they do not.
+        self.pace = WatchPace(floor, ceiling, hold=timing.WATCH_HOLD_SECONDS)
         #: Holds its one connection to the server.
         self.connected = False
         #: Looks so far, and wake-ups sent.
@@ -91,6 +104,7 @@ class ServerWatcher(Background):
         before: dict[str, int] | None = None
         wait = 0.0
         while not self._stop.wait(wait):
+            at = time.monotonic()
             try:
                 now = self.stats.inserted()
             except StoreError as exc:
@@ -109,6 +123,7 @@ class ServerWatcher(Background):
             self.connected = True
             self.looks += 1
             backoff.reset()
+            moved: tuple[str, ...] = ()
             if before is None:
                 self.on_wake(())  # back (or first): rows may have come while it looked away
             else:
@@ -116,4 +131,5 @@ class ServerWatcher(Background):
                 if moved:
                     self.woken += 1
                     self.on_wake(moved)
-            before, wait = now, self.floor
+            self.pace.looked(at, active=bool(moved))
+            before, wait = now, max(0.0, self.pace.due() - time.monotonic())

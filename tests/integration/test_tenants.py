@@ -5,6 +5,7 @@ connection budget held while draining, and the doctor's budget checks."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -82,6 +83,34 @@ def test_the_server_watch_wakes_the_database_that_took_rows(pgs: list[str]) -> N
         assert all(w in ((), ("alpha",)) for w in woken)
     finally:
         watch.stop()
+
+
+def test_an_idle_server_watch_backs_off_and_a_commit_still_wakes_its_database(
+    pgs: list[str],
+) -> None:
+    """With nothing inserted the watch backs off from the floor to the idle look (four looks a
+    second at the defaults, not forty); a commit is still seen, at the look that follows it,
+    which puts the watch back at the floor."""
+    a, b = pgs[:2]
+    woken: list[tuple[str, ...]] = []
+    datnames = {_datname(a): "alpha", _datname(b): "beta"}
+    watch = ServerWatcher("server", sa.make_url(a), datnames, woken.append, 0.025, idle=0.25)
+    watch.start()
+    try:
+        wait_until(lambda: watch.pace.wait == 0.25, 10, "the watch to back off")
+        looks = watch.looks
+        time.sleep(2.0)
+        idle_looks = watch.looks - looks
+        committed = time.monotonic()
+        insert_at(a, 1)
+        wait_until(lambda: ("alpha",) in woken, 10, "the wake-up of alpha")
+        active = watch.pace.last_active
+    finally:
+        watch.stop()
+    # At the floor 2 s hold 80 looks; at the idle look 8, give or take one each side.
+    assert 4 <= idle_looks <= 10, idle_looks
+    assert active is not None
+    assert active >= committed
 
 
 def test_once_drains_every_kind_of_database_and_fails_for_the_one_down(
