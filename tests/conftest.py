@@ -62,6 +62,13 @@ def backend_pool() -> Iterator[databases.BackendPool]:
 
 
 @pytest.fixture(params=databases.ENABLED)
+def empty_url(request: pytest.FixtureRequest, backend_pool: databases.BackendPool) -> Iterator[str]:
+    """A database of each enabled kind with no outbox schema yet (`relay migrate` not run)."""
+    with backend_pool.database(request.param, migrated=False) as url:
+        yield url
+
+
+@pytest.fixture(params=databases.ENABLED)
 def db_url(request: pytest.FixtureRequest, backend_pool: databases.BackendPool) -> Iterator[str]:
     """A fresh, migrated outbox database, once per enabled backend."""
     with backend_pool.database(request.param) as url:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -18,13 +17,6 @@ from relay.store.schema.tables import outbox
 from tests.support import databases
 
 RELAY = [sys.executable, "-c", "from relay.commands import main; raise SystemExit(main())"]
-
-
-@pytest.fixture(params=databases.ENABLED)
-def empty_url(request: pytest.FixtureRequest, backend_pool: databases.BackendPool) -> Iterator[str]:
-    """A database of each enabled kind with no outbox schema yet."""
-    with backend_pool.database(request.param, migrated=False) as url:
-        yield url
 
 
 def _tables(url: str) -> set[str]:
