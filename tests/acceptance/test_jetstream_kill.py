@@ -28,6 +28,11 @@ from tests.support.proxy import running_proxy
 
 LEASE = 5
 KILLS = 4
+#: Kills at most, while no kill has yet left rows leased by the dead relay.
+MOST_KILLS = 8
+#: Added to every chunk between the relays and NATS, so that a relay holds each batch for a
+#: tenth of a second or more: a kill then catches one in flight, however loaded the machine.
+NATS_LATENCY = 0.05
 
 
 def _event_ids(engine: sa.Engine) -> dict[str, str]:
@@ -47,48 +52,55 @@ def _reclaimed(engine: sa.Engine) -> int:
 def test_sigkilled_relays_leave_each_event_exactly_once_in_the_stream(
     pg_url: str, pg_engine: sa.Engine, jetstream: Stream, tmp_path: Path
 ) -> None:
-    """Two `relay dispatch --loop`, 5,000 events written over 10 s, one relay SIGKILLed (the
-    one holding a batch, when one does) and replaced every 2 s, four times, lease 5 s: the
-    stream holds exactly 5,000 messages, one per row, each under its row's event id; every
-    row sent; no relay exits on its own."""
-    env = fleet_env(
-        pg_url,
-        jetstream.url,
-        jetstream.exchange,
-        events_url=jetstream.url,
-        nats_stream=jetstream.name,
-        lease_seconds=LEASE,
-    )
-    fleet = Fleet(env, tmp_path)
-    producer = SteadyProducer(pg_engine, total=5000, seconds=10.0)
-    killed: list[str] = []
-    caught_holding = 0
-    try:
-        fleet.start(2)
-        producer.start()
-        while len(killed) < KILLS:
-            time.sleep(1.5)  # pacing between faults, not synchronisation
+    """Two `relay dispatch --loop` reaching NATS with 50 ms of latency, 5,000 events written
+    over 10 s, a relay caught holding a batch SIGKILLed and replaced every 1.5 s or more, four
+    times (more, up to eight, until a kill leaves rows leased by the dead relay), lease 5 s:
+    the stream holds exactly 5,000 messages, one per row, each under its row's event id;
+    every row sent; no relay exits on its own."""
+    with running_proxy("127.0.0.1", urlsplit(jetstream.url).port or 4222) as proxy:
+        proxy.latency(NATS_LATENCY)
+        env = fleet_env(
+            pg_url,
+            proxy.url_for(jetstream.url),
+            jetstream.exchange,
+            events_url=proxy.url_for(jetstream.url),
+            nats_stream=jetstream.name,
+            lease_seconds=LEASE,
+        )
+        fleet = Fleet(env, tmp_path)
+        producer = SteadyProducer(pg_engine, total=5000, seconds=10.0)
+        killed: list[str] = []
+        stranded = 0  # rows the killed relays still held when they died
+        try:
+            fleet.start(2)
+            producer.start()
+            while not producer.done and len(killed) < MOST_KILLS:
+                if len(killed) >= KILLS and stranded:
+                    break
+                fleet.assert_alive()
+                held = holders(pg_engine)
+                victim = next((w for w in map(fleet.by_pid, held) if w is not None), None)
+                if victim is None:
+                    time.sleep(0.02)  # polling for a relay caught holding a batch
+                    continue
+                fleet.kill(victim)  # returns once it is dead: what it held stays leased
+                killed.append(victim.name)
+                stranded += holders(pg_engine)[victim.pid]
+                fleet.start(1)
+                time.sleep(1.5)  # pacing between faults, not synchronisation
+            committed = producer.join()
+            wait_until(lambda: drained(pg_engine), 90, "the fleet to drain after the last kill")
             fleet.assert_alive()
-            holding = []
-            look_until = time.monotonic() + 1.0
-            while not holding and time.monotonic() < look_until:
-                holding = [w for w in map(fleet.by_pid, holders(pg_engine)) if w is not None]
-            victim = holding[0] if holding else fleet.alive[0]
-            caught_holding += bool(holding)
-            fleet.kill(victim)
-            killed.append(victim.name)
-            fleet.start(1)
-        committed = producer.join()
-        wait_until(lambda: drained(pg_engine), 90, "the fleet to drain after the last kill")
-        fleet.assert_alive()
-        rows = _event_ids(pg_engine)
-        reclaimed = _reclaimed(pg_engine)
-        stored = jetstream.messages()
-        codes = fleet.stop()
-    finally:
-        fleet.stop()
+            rows = _event_ids(pg_engine)
+            reclaimed = _reclaimed(pg_engine)
+            stored = jetstream.messages()
+            codes = fleet.stop()
+        finally:
+            fleet.stop()
     assert len(committed) == 5000
-    assert reclaimed > 0, "no kill caught a batch in flight: nothing was published again"
+    assert len(killed) >= KILLS, f"only {len(killed)} relays were caught holding a batch"
+    assert stranded > 0, "no kill caught a batch in flight: nothing was left to publish again"
+    assert reclaimed > 0, "rows left leased by a killed relay were not claimed again"
     assert set(rows.values()) == {"sent"}, "a row is not sent"
     ids = [m.headers.get("Nats-Msg-Id") for m in stored]
     assert len(stored) == 5000, f"{len(stored)} messages in the stream for 5,000 events"
@@ -99,7 +111,7 @@ def test_sigkilled_relays_leave_each_event_exactly_once_in_the_stream(
         "jetstream-sigkill",
         events=len(committed),
         kills=len(killed),
-        caught_holding=caught_holding,
+        stranded=stranded,
         reclaimed=reclaimed,
         stored=len(stored),
         duplicates_in_stream=len(stored) - len(set(ids)),
