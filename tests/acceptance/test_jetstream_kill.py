@@ -24,7 +24,7 @@ from tests.support.fleet import (
     report,
 )
 from tests.support.jetstream import Stream
-from tests.support.proxy import running_proxy
+from tests.support.proxy import TcpProxy, running_proxy
 
 LEASE = 5
 KILLS = 4
@@ -47,6 +47,14 @@ def _reclaimed(engine: sa.Engine) -> int:
         return int(conn.execute(query).scalar_one())
 
 
+def _through(proxy: TcpProxy, pg_url: str, jetstream: Stream, **settings: object) -> dict[str, str]:
+    """The environment of relays that reach ``jetstream`` through ``proxy``."""
+    nats = proxy.url_for(jetstream.url)
+    return fleet_env(
+        pg_url, nats, jetstream.exchange, events_url=nats, nats_stream=jetstream.name, **settings
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigkilled_relays_leave_each_event_exactly_once_in_the_stream(
@@ -59,15 +67,7 @@ def test_sigkilled_relays_leave_each_event_exactly_once_in_the_stream(
     every row sent; no relay exits on its own."""
     with running_proxy("127.0.0.1", urlsplit(jetstream.url).port or 4222) as proxy:
         proxy.latency(NATS_LATENCY)
-        env = fleet_env(
-            pg_url,
-            proxy.url_for(jetstream.url),
-            jetstream.exchange,
-            events_url=proxy.url_for(jetstream.url),
-            nats_stream=jetstream.name,
-            lease_seconds=LEASE,
-        )
-        fleet = Fleet(env, tmp_path)
+        fleet = Fleet(_through(proxy, pg_url, jetstream, lease_seconds=LEASE), tmp_path)
         producer = SteadyProducer(pg_engine, total=5000, seconds=10.0)
         killed: list[str] = []
         stranded = 0  # rows the killed relays still held when they died
@@ -174,14 +174,7 @@ def test_connection_cuts_and_stalls_leave_each_event_exactly_once_in_the_stream(
     3,000 events arrive: the unacknowledged batches are published again on a new connection,
     and the stream still holds each event once; the relay never exits."""
     with running_proxy("127.0.0.1", urlsplit(jetstream.url).port or 4222) as proxy:
-        env = fleet_env(
-            pg_url,
-            proxy.url_for(jetstream.url),
-            jetstream.exchange,
-            events_url=proxy.url_for(jetstream.url),
-            nats_stream=jetstream.name,
-        )
-        fleet = Fleet(env, tmp_path)
+        fleet = Fleet(_through(proxy, pg_url, jetstream), tmp_path)
         producer = SteadyProducer(pg_engine, total=3000, seconds=8.0)
         try:
             fleet.start(1)
