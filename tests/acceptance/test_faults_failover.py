@@ -171,7 +171,10 @@ def test_failover_loses_nothing_and_delivery_resumes(
     )
     fleet = Fleet(env, tmp_path)
     try:
-        fleet.start(WORKERS)
+        started = fleet.start(WORKERS)
+        # Every relay running before the fault (on a loaded machine one can still be starting
+        # when the first deliveries come from the other: it is then not tested at all).
+        wait_until(lambda: all("starting" in w.log() for w in started), 60, "the relays' start")
         run = _fail_over_and_audit(fault, cluster, collector, fleet.assert_alive)
         logs = fleet.logs()
         codes = fleet.stop()
