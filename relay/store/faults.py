@@ -8,6 +8,9 @@ errors arrive from the drivers under classes that do not say so (psycopg's
 by SQLSTATE or MySQL error number, never by their message. :func:`install` makes SQLAlchemy
 treat them as disconnects: the connection is discarded and the pool's other connections to that
 server are replaced at their next checkout.
+
+:func:`is_missing_table` tells a table that is not there (``relay migrate`` not run yet), for
+the hint the store's errors carry; by code too, except on SQLite, which has none for it.
 """
 
 from __future__ import annotations
